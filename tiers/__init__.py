@@ -1,0 +1,1 @@
+"""Cache policies and tier logic: pure Python, no sglang import (see tiers/policy.py for the interface)."""
