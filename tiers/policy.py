@@ -11,8 +11,10 @@ that the policy only offers leaves as victims (evicting an inner node would stra
 A flat tier passes `parent=None` for every entry.
 
 Contracts
-- `victims()` is a query: it changes no state ("all or nothing": the tier either evicts exactly the
-  returned entries, in order, calling `on_remove` for each, or evicts nothing).
+- `victims()` is a query: it forgets nothing and frees nothing ("all or nothing": the tier either evicts
+  exactly the returned entries, in order, calling `on_remove` for each, or evicts nothing). A policy may
+  rebalance its own internal regions during the query (W-TinyLFU moves window overflow into probation);
+  that keeps it consistent whichever way the tier goes.
 - The order returned is always removable one by one: every entry is a leaf once the ones before it are gone.
 - `protected(entry)` is true for entries that must stay (locked by a running request); they and their
   ancestors are never returned.
@@ -64,11 +66,18 @@ class Policy(ABC):
     def on_remove(self, entry: Hashable) -> None:
         """`entry` left the tier (evicted, demoted, or dropped)."""
 
-    def on_resize(self, entry: Hashable, new_size: int, new_parent: Optional[Hashable]) -> None:
-        """A tree split `entry`: it now holds `new_size` units under `new_parent` (the split's new node)."""
+    def on_resize(
+        self, entry: Hashable, new_size: int, new_parent: Optional[Hashable], new_key: Optional[Hashable] = None
+    ) -> None:
+        """A tree split `entry`: it now holds `new_size` units under `new_parent` (the split's new node, which
+        the tier reported with `on_insert` just before, under `entry`'s old key); `new_key` is `entry`'s key
+        from now on (None: unchanged). Policies give the new parent `entry`'s standing."""
 
     def record(self, key: Hashable) -> None:
         """A request asked for `key` (hit or miss). Frequency-based policies count it."""
+
+    def observe(self, hit: int, total: int) -> None:
+        """A request found `hit` of its `total` units cached. Adaptive policies tune themselves on it."""
 
     # --- decisions ---
     @abstractmethod

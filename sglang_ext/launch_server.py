@@ -1,0 +1,191 @@
+"""`python -m sglang_ext.launch_server`: SGLang's server with the tiered cache, and sensible CPU defaults.
+
+Accepts every `sglang.launch_server` flag plus the project's `--tier-*` flags (also as keys of SGLang's
+`--config FILE.yaml`). Defaults it adds, each only when the user did not set the flag:
+- `--radix-cache-backend tiered` (the project's tree cache, registered by the plugin);
+- `--model-path` = the embedded tiny model (built offline on first use);
+- with no CUDA: SGLang's CPU engine and the settings that work there (see CPU_DEFAULTS), announced in one
+  log line. A flag that contradicts the CPU path fails with a message naming it.
+
+SGLang spawns its scheduler with the `spawn` start method, which re-imports the main module: nothing may
+run at import time here, only under `if __name__ == "__main__"`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import urllib.request
+from typing import List, Optional, Sequence
+
+CPU_DEFAULTS = {
+    "--device": "cpu",
+    "--attention-backend": "torch_native",
+    "--sampling-backend": "pytorch",
+    "--page-size": "1",
+    "--mem-fraction-static": "0.05",
+    "--max-total-tokens": "8192",
+    "--dtype": "bfloat16",
+}
+CPU_FLAGS = ["--skip-server-warmup"]
+# Flags whose other values cannot work without CUDA, and the only value that does.
+CPU_REQUIRED = {
+    "--device": "cpu",
+    "--attention-backend": "torch_native",
+    "--sampling-backend": "pytorch",
+    "--page-size": "1",
+    "--hicache-io-backend": "direct",
+    "--hicache-mem-layout": "layer_first",
+}
+CPU_HICACHE_DEFAULTS = {"--hicache-io-backend": "direct", "--hicache-mem-layout": "layer_first"}
+
+
+class LaunchError(Exception):
+    """A start-up problem the user can fix; printed without a traceback."""
+
+
+def flag_value(argv: Sequence[str], flag: str) -> Optional[str]:
+    """The value of `flag` in argv (`--f v` or `--f=v`), the last one winning; None if absent."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def has_flag(argv: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def apply_defaults(argv: List[str], cuda: bool) -> tuple[List[str], List[str]]:
+    """Return (argv with the project's defaults added, a description of what was added)."""
+    argv, added = list(argv), []
+    if not has_flag(argv, "--radix-cache-backend"):
+        argv += ["--radix-cache-backend", "tiered"]
+    if not has_flag(argv, "--model-path") and not has_flag(argv, "--model"):
+        from sglang_ext.embedded_model import ensure_embedded_model
+
+        argv += ["--model-path", str(ensure_embedded_model())]
+        added.append("embedded tiny model")
+    if cuda:
+        return argv, added
+    for flag, required in CPU_REQUIRED.items():
+        value = flag_value(argv, flag)
+        if value is not None and value != required:
+            raise LaunchError(f"{flag} {value}: not possible without CUDA (this machine has none); use {required}")
+    defaults = dict(CPU_DEFAULTS)
+    if has_flag(argv, "--enable-hierarchical-cache"):
+        defaults.update(CPU_HICACHE_DEFAULTS)
+    for flag, value in defaults.items():
+        if not has_flag(argv, flag):
+            argv += [flag, value]
+            added.append(f"{flag} {value}")
+    for flag in CPU_FLAGS:
+        if not has_flag(argv, flag):
+            argv.append(flag)
+            added.append(flag)
+    return argv, added
+
+
+def split_tier_args(argv: List[str]):
+    """Expand `--config FILE.yaml`, then separate the project's `--tier-*` flags from SGLang's."""
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+
+    from sglang_ext.tier_config import add_tier_args, tier_config_from_args
+
+    combined = argparse.ArgumentParser(prog="python -m sglang_ext.launch_server", add_help=False)
+    ServerArgs.add_cli_args(combined)
+    add_tier_args(combined)
+    if "--config" in argv:
+        try:
+            argv = ConfigArgumentMerger(combined).merge_config_with_args(argv)
+        except (ValueError, OSError) as e:
+            raise LaunchError(f"--config: {e}") from None
+    ours = argparse.ArgumentParser(prog="python -m sglang_ext.launch_server", add_help=False)
+    add_tier_args(ours)
+    tier_args, rest = ours.parse_known_args(argv)
+    try:
+        return tier_config_from_args(tier_args), rest
+    except ValueError as e:
+        raise LaunchError(str(e)) from None
+
+
+def announce_when_ready(url: str, deadline_s: float = 600.0) -> None:
+    """Print one line once /health answers (a daemon thread; gives up silently at the deadline)."""
+
+    def poll():
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        print(f"sglang_ext: ready at {url}", flush=True)
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+
+    threading.Thread(target=poll, daemon=True, name="sglang_ext-ready").start()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        return print_help()
+    cuda = cuda_available()
+    if not cuda:
+        os.environ["SGLANG_USE_CPU_ENGINE"] = "1"  # read at import time by sglang modules: set it first
+    try:
+        from sglang_ext.plugin import register
+
+        register()  # `--radix-cache-backend` accepts only registered names
+        tier_config, argv = split_tier_args(argv)
+        argv, added = apply_defaults(argv, cuda)
+        os.environ["SGLANG_EXT_TIER_CONFIG"] = tier_config.to_env()
+        from sglang.srt.server_args import prepare_server_args
+
+        server_args = prepare_server_args(argv)
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, AssertionError) as e:  # SGLang's own argument validation
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not cuda:
+        print(f"sglang_ext: no CUDA device; CPU engine with {', '.join(added) or 'the flags given'}", flush=True)
+    url = f"http://{server_args.host}:{server_args.port}"
+    print(f"sglang_ext: serving on {url} (tier policy {tier_config.policy})", flush=True)
+    announce_when_ready(url)
+    from sglang.launch_server import run_server
+
+    run_server(server_args)
+    return 0
+
+
+def print_help() -> int:
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_ext.tier_config import add_tier_args
+
+    parser = argparse.ArgumentParser(prog="python -m sglang_ext.launch_server", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    ServerArgs.add_cli_args(parser)
+    add_tier_args(parser)
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

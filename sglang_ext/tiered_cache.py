@@ -1,0 +1,315 @@
+"""TieredRadixCache: SGLang's RadixCache with a `tiers` policy deciding device eviction and admission.
+
+Design note
+-----------
+The subclass keeps RadixCache's tree, matching and lock accounting untouched and changes three things:
+
+- `insert` first walks the tree without changing it, records the request's path in the policy (keys,
+  accesses, hit/total) and, where admission is allowed, asks the policy whether the new remainder may come in
+  at the cost of the victims that would make room. A declined remainder adds nothing new to the tree and
+  returns `prefix_len=len(key)`, so SGLang's callers free that KV like duplicates.
+- `evict` (called by the allocator on shortfall) takes its victims from the policy instead of heapifying
+  `evictable_leaves`, and removes them with RadixCache's own `_delete_leaf`, so `evictable_size_`,
+  `protected_size_`, `evictable_leaves` and `lock_ref` keep their meaning.
+- `_split_node` reports splits (`on_insert` of the new front node, then `on_resize` of the old one).
+
+Policy entries are the TreeNode objects themselves (identity-hashed); a node's policy key identifies the
+path up to its first page: `hash((parent_key, first child_key))`, so it is the same after an eviction and
+re-insert, and the front half of a split inherits it.
+
+Server safety: `cache_unfinished_req` inserts and then asserts a full re-match, so admission is off there
+(it is on only inside `cache_finished_req`, and always in `create_simulated`). After a decline inside
+`cache_finished_req`, the topology-only prompt re-insert is skipped, since its KV is being freed.
+
+Threading: like RadixCache, used only from the scheduler thread that owns it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Dict, Optional
+
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, EvictResult, InsertParams, InsertResult
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.radix_cache import RadixCache, TreeNode
+
+from tiers.clock import Clock, MonotonicClock
+from tiers.policy import Candidate, create_policy
+from tiers.retention import Retention, RetainingPolicy
+
+logger = logging.getLogger(__name__)
+
+_ROOT_KEY = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TierStats:
+    policy: str
+    capacity_tokens: int
+    size_tokens: int
+    inserts: int
+    admissions_rejected: int
+    rejected_tokens: int
+    evictions: int
+    evicted_tokens: int
+    retained_evictions: int
+    policy_ns: int  # perf_counter_ns spent inside policy calls (record, observe, admit, victims, on_*)
+    policy_calls: int
+
+
+class _Counters:
+    __slots__ = [f.name for f in dataclasses.fields(TierStats) if f.name not in ("policy", "capacity_tokens", "size_tokens")]
+
+    def __init__(self):
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+
+class TieredRadixCache(RadixCache):
+    def __init__(
+        self,
+        params: CacheInitParams,
+        policy: str = "tinylfu",
+        policy_config: Optional[Dict[str, Any]] = None,
+        clock: Optional[Clock] = None,
+        capacity_tokens: Optional[int] = None,
+        retention_budget: float = 0.5,
+        strict: bool = False,
+    ):
+        if capacity_tokens is None:
+            alloc = params.token_to_kv_pool_allocator
+            if alloc is None:
+                raise ValueError("capacity_tokens is required when there is no KV allocator")
+            capacity_tokens = int(alloc.size)
+        if capacity_tokens <= 0:
+            raise ValueError(f"capacity_tokens must be positive, got {capacity_tokens}")
+        self.capacity_tokens = int(capacity_tokens)
+        self._policy_name = policy
+        self._policy_config = dict(policy_config or {})
+        self._tier_clock = clock or MonotonicClock()
+        self._retention_budget = retention_budget
+        self._strict = strict  # raise on a policy that returns a non-evictable victim (tests); else fall back
+        self._admit_on_insert = False
+        self._in_finished = False
+        self._declined_in_finished = False
+        self._n = _Counters()
+        super().__init__(params)  # calls reset(), which builds the policy
+
+    @classmethod
+    def create_simulated(
+        cls,
+        policy: str = "tinylfu",
+        capacity_tokens: int = 0,
+        clock: Optional[Clock] = None,
+        policy_config: Optional[Dict[str, Any]] = None,
+        page_size: int = 1,
+        mock_allocator: Any = None,
+        retention_budget: float = 0.5,
+    ) -> "TieredRadixCache":
+        """A tree without KV pools (page size 1 by default) whose inserts apply admission and keep the tree
+        within `capacity_tokens`."""
+        params = CacheInitParams(
+            disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=mock_allocator, page_size=page_size
+        )
+        cache = cls(
+            params,
+            policy=policy,
+            policy_config=policy_config,
+            clock=clock,
+            capacity_tokens=capacity_tokens,
+            retention_budget=retention_budget,
+            strict=True,
+        )
+        cache._admit_on_insert = True
+        return cache
+
+    # ---- lifecycle ----
+    def reset(self):
+        super().reset()
+        inner = create_policy(self._policy_name, self.capacity_tokens, clock=self._tier_clock, **self._policy_config)
+        self.retention = Retention(self.capacity_tokens, self._tier_clock, self._retention_budget)
+        self.policy = RetainingPolicy(inner, self.retention)
+        self.root_node.tier_key = _ROOT_KEY
+        self._n = _Counters()
+
+    def tier_stats(self) -> TierStats:
+        n = self._n
+        return TierStats(
+            policy=self._policy_name,
+            capacity_tokens=self.capacity_tokens,
+            size_tokens=self.evictable_size_ + self.protected_size_,
+            **{name: getattr(n, name) for name in _Counters.__slots__},
+        )
+
+    # ---- keys ----
+    def _entry(self, node: TreeNode):
+        return None if node is self.root_node else node
+
+    def _child_tier_key(self, parent: TreeNode, child_key) -> int:
+        return hash((parent.tier_key, child_key))
+
+    # ---- SGLang API ----
+    def insert(self, params: InsertParams, ttl_s: Optional[float] = None) -> InsertResult:
+        if self.disable:
+            return super().insert(params)
+        if self._declined_in_finished:
+            # cache_finished_req's topology-only re-insert after a decline: its KV is being freed
+            return InsertResult(prefix_len=len(params.key))
+        key, _ = params.key.maybe_to_bigram_view(self.is_eagle)
+        key = key.page_aligned(self.page_size)
+        counted = not params.chunked
+        self._n.inserts += 1
+
+        path, matched, anchor = self._peek(key)
+        remainder = len(key) - matched
+        cand_key = None
+        if remainder:
+            cand_key = self._child_tier_key(anchor, key.child_key_at(matched, self.page_size))
+
+        t0 = time.perf_counter_ns()
+        policy = self.policy
+        calls = 0
+        if counted:
+            for node in path:
+                policy.record(node.tier_key)
+            if cand_key is not None:
+                policy.record(cand_key)
+            policy.observe(matched, len(key))
+            calls += len(path) + 2
+        admit_here = self._admit_on_insert or (self._in_finished and counted)
+        victims = ()
+        if remainder and admit_here:
+            need = self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens
+            if need > 0:
+                on_path = set(path)
+                victims = policy.victims(need, lambda n: n.lock_ref > 0 or n in on_path)
+                freed = sum(len(v.key) for v in victims)
+                ok = freed >= need and policy.admit(Candidate(cand_key, remainder), victims)
+                calls += 2
+                if not ok:
+                    if counted:
+                        for node in path:
+                            policy.on_access(node)
+                    self._n.policy_ns += time.perf_counter_ns() - t0
+                    self._n.policy_calls += calls + len(path)
+                    self._n.admissions_rejected += 1
+                    self._n.rejected_tokens += remainder
+                    if self._in_finished:
+                        self._declined_in_finished = True
+                    return InsertResult(prefix_len=len(key))
+        self._n.policy_ns += time.perf_counter_ns() - t0
+        self._n.policy_calls += calls
+        if victims:
+            self._evict_nodes(victims)
+
+        result = super().insert(params)
+        leaf = result.last_device_node
+
+        t0 = time.perf_counter_ns()
+        chain = []
+        node = leaf
+        while node is not self.root_node and node is not None:
+            chain.append(node)
+            node = node.parent
+        chain.reverse()
+        for node in chain:
+            if getattr(node, "tier_key", None) is None:  # the new remainder
+                node.tier_key = self._child_tier_key(node.parent, node.key.child_key(self.page_size))
+                policy.on_insert(node, node.tier_key, len(node.key), self._entry(node.parent))
+            elif counted:
+                policy.on_access(node)
+        if ttl_s is not None:
+            for node in chain:
+                self.retention.retain(node, len(node.key), ttl_s)
+        self._n.policy_ns += time.perf_counter_ns() - t0
+        self._n.policy_calls += len(chain)
+
+        over = self.evictable_size_ + self.protected_size_ - self.capacity_tokens
+        if over > 0:
+            on_chain = set(chain)
+            self._evict_tokens(over, lambda n: n.lock_ref > 0 or n in on_chain)
+        return result
+
+    def cache_finished_req(self, req, is_insert: bool = True, **kwargs):
+        self._in_finished = True
+        try:
+            return super().cache_finished_req(req, is_insert, **kwargs)
+        finally:
+            self._in_finished = False
+            self._declined_in_finished = False
+
+    def evict(self, params: EvictParams) -> EvictResult:
+        if self.disable:
+            return EvictResult()
+        start = time.perf_counter()
+        n = self._evict_tokens(params.num_tokens, lambda x: x.lock_ref > 0)
+        self.update_eviction_metrics(n, start)
+        return EvictResult(num_tokens_evicted=n)
+
+    # ---- internals ----
+    def _peek(self, key):
+        """(nodes the key passes through, matched length, node the remainder would hang from): no changes."""
+        node = self.root_node
+        matched = 0
+        path = []
+        n = len(key)
+        ps = self.page_size
+        while matched < n:
+            child = node.children.get(key.child_key_at(matched, ps))
+            if child is None:
+                break
+            m = child.key.match_at(key, matched, page_size=ps)
+            path.append(child)
+            matched += m
+            node = child
+            if m < len(child.key):
+                break
+        return path, matched, node
+
+    def _evict_tokens(self, num_tokens: int, protected) -> int:
+        if num_tokens <= 0:
+            return 0
+        t0 = time.perf_counter_ns()
+        victims = self.policy.victims(num_tokens, protected)
+        self._n.policy_ns += time.perf_counter_ns() - t0
+        self._n.policy_calls += 1
+        return self._evict_nodes(victims)
+
+    def _evict_nodes(self, victims) -> int:
+        evicted = 0
+        policy = self.policy
+        alloc = self.token_to_kv_pool_allocator
+        for x in victims:
+            if x not in self.evictable_leaves:
+                msg = f"policy {self._policy_name!r} returned a victim that is not an evictable leaf (node {x.id})"
+                if self._strict:
+                    raise RuntimeError(msg)
+                logger.warning("%s; stopping this eviction round", msg)
+                break
+            if self.retention.is_retained(x):
+                self._n.retained_evictions += 1
+            if alloc is not None:
+                alloc.free_segment(x.value, start_pos=0)
+            evicted += len(x.value)
+            self._delete_leaf(x)
+            t0 = time.perf_counter_ns()
+            policy.on_remove(x)
+            self._n.policy_ns += time.perf_counter_ns() - t0
+            self.kv_events.record_remove(x)
+        self._n.evictions += len(victims)
+        self._n.evicted_tokens += evicted
+        return evicted
+
+    def _split_node(self, key, child: TreeNode, split_len: int):
+        new_node = super()._split_node(key, child, split_len)
+        old_key = child.tier_key
+        new_node.tier_key = old_key
+        child.tier_key = self._child_tier_key(new_node, child.key.child_key(self.page_size))
+        t0 = time.perf_counter_ns()
+        self.policy.on_insert(new_node, old_key, len(new_node.key), self._entry(new_node.parent))
+        self.policy.on_resize(child, len(child.key), new_node, child.tier_key)
+        self._n.policy_ns += time.perf_counter_ns() - t0
+        self._n.policy_calls += 2
+        return new_node

@@ -1,0 +1,171 @@
+"""Shared bookkeeping for tree-shaped tiers: sizes, parents, child counts, and leaf-only victim selection.
+
+Every built-in policy keeps one `_Node` per entry. A tier that is a tree (SGLang's radix tree) passes
+parents; a flat tier passes `parent=None` and every entry is a leaf. Victim selection follows the radix
+tree's own rule: only a leaf may go, and a parent becomes a candidate once its last child is gone; this is
+what keeps every returned order removable one by one and never strands a cached descendant.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Tuple
+
+
+class _Node:
+    __slots__ = ("entry", "key", "size", "parent", "children", "tick", "count", "region")
+
+    def __init__(self, entry, key, size, parent):
+        self.entry = entry
+        self.key = key
+        self.size = size
+        self.parent = parent  # entry handle or None
+        self.children = 0
+        self.tick = 0  # logical time of last access: ranks recency without a wall clock
+        self.count = 0  # per-entry use count (LFU/SLRU); frequency policies use the sketch instead
+        self.region = 0
+
+
+class TreeIndex:
+    """Entry -> _Node with parent/child bookkeeping. Raises on inconsistent notifications."""
+
+    def __init__(self):
+        self.nodes: Dict[Hashable, _Node] = {}
+        self.leaves: set = set()  # entries with no tracked children
+        self._clock = itertools.count(1)
+        self.total = 0
+
+    def tick(self) -> int:
+        return next(self._clock)
+
+    def add(self, entry, key, size, parent) -> _Node:
+        if entry in self.nodes:
+            raise ValueError(f"entry {entry!r} is already tracked")
+        if size < 0:
+            raise ValueError(f"size must be >= 0, got {size}")
+        if parent is not None:
+            p = self.nodes.get(parent)
+            if p is None:
+                raise ValueError(f"parent {parent!r} of {entry!r} is not tracked")
+            p.children += 1
+            self.leaves.discard(parent)
+        n = _Node(entry, key, size, parent)
+        n.tick = self.tick()
+        self.nodes[entry] = n
+        self.leaves.add(entry)
+        self.total += size
+        return n
+
+    def remove(self, entry) -> _Node:
+        n = self.nodes.pop(entry, None)
+        if n is None:
+            raise KeyError(f"entry {entry!r} is not tracked")
+        if n.children:
+            # a tier drops subtrees bottom-up; removing an inner node first would orphan its children
+            raise ValueError(f"entry {entry!r} still has {n.children} tracked children")
+        self.leaves.discard(entry)
+        if n.parent is not None:
+            p = self.nodes[n.parent]
+            p.children -= 1
+            if p.children == 0:
+                self.leaves.add(n.parent)
+        self.total -= n.size
+        return n
+
+    def resize(self, entry, new_size, new_parent) -> Tuple[_Node, Optional[Hashable]]:
+        """Returns the node and its old parent."""
+        n = self.nodes[entry]
+        old_parent = n.parent
+        if new_parent != old_parent:
+            if new_parent is not None:
+                self.nodes[new_parent].children += 1
+                self.leaves.discard(new_parent)
+            if old_parent is not None:
+                op = self.nodes[old_parent]
+                op.children -= 1
+                if op.children == 0:
+                    self.leaves.add(old_parent)
+            n.parent = new_parent
+        self.total += new_size - n.size
+        n.size = new_size
+        return n, old_parent
+
+
+def select_leaves(
+    index: TreeIndex,
+    size: int,
+    protected: Callable[[Hashable], bool],
+    order: Iterable[Tuple[object, _Node]],
+    rank: Callable[[_Node], object],
+    exclude: Optional[set] = None,
+    yields_inner: bool = True,
+) -> List[Hashable]:
+    """Leaf-only victims totalling >= `size` (fewer if not enough can go), changing no state.
+
+    `order` yields (rank, node) best-victim-first; `rank` gives the same ordering key for a parent that
+    becomes a leaf during the selection, which then competes through a small heap exactly as in
+    RadixCache.evict. `yields_inner`: whether `order` also yields inner nodes (a recency list does; a heap
+    of the current leaves does not, so every parent that becomes a leaf goes through the heap).
+    """
+    out: List[Hashable] = []
+    if size <= 0:
+        return out
+    nodes = index.nodes
+    taken = set() if exclude is None else set(exclude)
+    gone_children: Dict[Hashable, int] = {}
+    for e in taken:  # entries chosen before this call count as gone
+        p = nodes[e].parent
+        if p is not None:
+            gone_children[p] = gone_children.get(p, 0) + 1
+    skipped_inner = set()
+    heap: List[tuple] = []
+    seq = itertools.count()
+    freed = 0
+    it: Iterator = iter(order)
+    pending = None
+
+    def is_leaf(n: _Node) -> bool:
+        return n.children - gone_children.get(n.entry, 0) == 0
+
+    while freed < size:
+        if pending is None:
+            for r, n in it:
+                e = n.entry
+                if e in taken or protected(e):
+                    continue
+                if not is_leaf(n):
+                    skipped_inner.add(e)
+                    continue
+                pending = (r, n)
+                break
+        if heap and (pending is None or heap[0][0] < pending[0]):
+            _, _, n = heapq.heappop(heap)
+        elif pending is not None:
+            n = pending[1]
+            pending = None
+        else:
+            break
+        e = n.entry
+        if e in taken:
+            continue
+        taken.add(e)
+        out.append(e)
+        freed += n.size
+        p = n.parent
+        if p is not None:
+            gone_children[p] = gone_children.get(p, 0) + 1
+            pn = nodes[p]
+            if (not yields_inner or p in skipped_inner) and is_leaf(pn) and not protected(p):
+                heapq.heappush(heap, (rank(pn), next(seq), pn))
+    return out
+
+
+def heap_order(index: TreeIndex, rank: Callable[[_Node], object]) -> Iterator[Tuple[object, _Node]]:
+    """Current leaves, lowest rank first (what RadixCache.evict does: heapify the evictable leaves)."""
+    nodes = index.nodes
+    heap = [(rank(nodes[e]), i, nodes[e]) for i, e in enumerate(index.leaves)]
+    heapq.heapify(heap)
+    while heap:
+        r, _, n = heapq.heappop(heap)
+        yield r, n

@@ -1,0 +1,217 @@
+"""Session TTL retention: soft pins with a time limit and a size budget.
+
+A retained entry is not a hard pin (locks are for running requests): the wrapped policy offers it as a
+victim only when unretained victims do not free enough. Retention
+- starts with `retain(entry, size, ttl_s)` (TTL from a `cache_control` block or a session default),
+- is refreshed by a hit (`touch`: the TTL restarts from now),
+- ends at expiry (exactly when the injected clock reaches `expires_at`), on `release`, or when the entry
+  leaves the tier,
+- has a budget: retained size never exceeds `budget_fraction * capacity`; going over releases the oldest
+  retentions (least recently retained or refreshed) first.
+Expiry uses a heap with lazy deletion (a refresh pushes a new deadline; stale heap items are skipped), so
+nothing scans all entries. The tier asks `is_retained(entry)` when it evicts: a retained victim should be
+DEMOTED to the host tier rather than dropped.
+
+Not thread-safe: called under the tier's lock, like the policy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import re
+from collections import OrderedDict
+from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Tuple
+
+from tiers.clock import Clock, MonotonicClock
+from tiers.policy import Candidate, Policy
+
+MAX_TTL_S = 24 * 3600.0  # longer than a day is a configuration mistake, not a session
+_TTL_RE = re.compile(r"^([0-9]+)([smh])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_ttl(ttl: Any) -> float:
+    """'5m', '1h', '<N>s' (also '<N>m', '<N>h') -> seconds. Raises ValueError with the reason."""
+    if isinstance(ttl, bool) or not isinstance(ttl, str):
+        raise ValueError(f"cache_control ttl must be a string like '5m', '1h' or '30s', got {type(ttl).__name__} {ttl!r}")
+    m = _TTL_RE.match(ttl.strip())
+    if not m:
+        raise ValueError(f"cache_control ttl {ttl!r} is not '<N>s', '<N>m' or '<N>h' with N a non-negative integer")
+    seconds = float(int(m.group(1)) * _UNIT_S[m.group(2)])
+    return validate_ttl_s(seconds)
+
+
+def validate_ttl_s(seconds: Any) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise ValueError(f"ttl must be a number of seconds, got {type(seconds).__name__} {seconds!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"ttl must be a positive finite number of seconds, got {seconds!r}")
+    if seconds > MAX_TTL_S:
+        raise ValueError(f"ttl {seconds!r}s exceeds the maximum of {MAX_TTL_S:.0f}s (24h)")
+    return float(seconds)
+
+
+def parse_cache_control(obj: Any, default_ttl_s: float = 300.0) -> float:
+    """`{"type": "ephemeral", "ttl": "5m"}` -> TTL seconds. A missing ttl means `default_ttl_s` (5 minutes,
+    the common default for ephemeral prompt caching)."""
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"cache_control must be an object, got {type(obj).__name__}")
+    unknown = set(obj) - {"type", "ttl"}
+    if unknown:
+        raise ValueError(f"cache_control has unknown field(s): {', '.join(sorted(map(str, unknown)))}")
+    if "type" not in obj:
+        raise ValueError("cache_control needs a 'type' (only 'ephemeral' is supported)")
+    if obj["type"] != "ephemeral":
+        raise ValueError(f"cache_control type {obj['type']!r} is not supported; only 'ephemeral'")
+    if "ttl" not in obj:
+        return validate_ttl_s(default_ttl_s)
+    return parse_ttl(obj["ttl"])
+
+
+class Retention:
+    """Which entries are retained, until when, and within what budget."""
+
+    def __init__(self, capacity: int, clock: Optional[Clock] = None, budget_fraction: float = 0.5):
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        if not 0.0 < budget_fraction <= 1.0:
+            raise ValueError(f"budget_fraction must be in (0, 1], got {budget_fraction}")
+        self.clock = clock or MonotonicClock()
+        self.budget = budget_fraction * capacity
+        self._expiry: Dict[Hashable, float] = {}
+        self._ttl: Dict[Hashable, float] = {}
+        self._size: Dict[Hashable, int] = {}
+        self._age: "OrderedDict[Hashable, None]" = OrderedDict()  # oldest retention first
+        self._heap: List[Tuple[float, int, Hashable]] = []
+        self._seq = itertools.count()
+        self.retained_size = 0
+        self.released_over_budget = 0
+
+    def __len__(self) -> int:
+        self.expire()
+        return len(self._expiry)
+
+    def retain(self, entry: Hashable, size: int, ttl_s: float) -> bool:
+        """Retain `entry` for `ttl_s` from now. False if it alone exceeds the budget."""
+        ttl_s = validate_ttl_s(ttl_s)
+        if size < 0:
+            raise ValueError(f"size must be >= 0, got {size}")
+        self.expire()
+        if size > self.budget:
+            return False
+        if entry in self._expiry:
+            self.retained_size -= self._size[entry]
+        self._size[entry] = size
+        self.retained_size += size
+        self._ttl[entry] = max(ttl_s, self._ttl.get(entry, 0.0)) if entry in self._expiry else ttl_s
+        self._set_deadline(entry)
+        while self.retained_size > self.budget:
+            oldest = next(iter(self._age))
+            self.release(oldest)
+            self.released_over_budget += 1
+        return True
+
+    def touch(self, entry: Hashable) -> None:
+        """A hit: the entry's TTL restarts from now (if it is still retained)."""
+        if entry in self._expiry and not self._expired(entry):
+            self._set_deadline(entry)
+
+    def resize(self, entry: Hashable, size: int) -> None:
+        if entry in self._size:
+            self.retained_size += size - self._size[entry]
+            self._size[entry] = size
+
+    def release(self, entry: Hashable) -> None:
+        if entry in self._expiry:
+            del self._expiry[entry], self._ttl[entry], self._age[entry]
+            self.retained_size -= self._size.pop(entry)
+
+    def is_retained(self, entry: Hashable) -> bool:
+        return entry in self._expiry and not self._expired(entry)
+
+    def expires_at(self, entry: Hashable) -> Optional[float]:
+        return self._expiry.get(entry) if self.is_retained(entry) else None
+
+    def expire(self) -> int:
+        """Release every retention whose deadline has passed; returns how many."""
+        now = self.clock.now()
+        heap = self._heap
+        n = 0
+        while heap and heap[0][0] <= now:
+            deadline, _, entry = heapq.heappop(heap)
+            if self._expiry.get(entry) == deadline:  # else a stale item from before a refresh
+                self.release(entry)
+                n += 1
+        return n
+
+    def _expired(self, entry) -> bool:
+        return self.clock.now() >= self._expiry[entry]
+
+    def _set_deadline(self, entry) -> None:
+        deadline = self.clock.now() + self._ttl[entry]
+        self._expiry[entry] = deadline
+        self._age[entry] = None
+        self._age.move_to_end(entry)
+        heapq.heappush(self._heap, (deadline, next(self._seq), entry))
+
+
+class RetainingPolicy(Policy):
+    """Wraps any policy: retained entries become victims only after every unretained one."""
+
+    def __init__(self, inner: Policy, retention: Retention):
+        # deliberately not calling Policy.__init__ twice over the same state: share the inner's settings
+        self.inner = inner
+        self.retention = retention
+        self.capacity = inner.capacity
+        self.clock = inner.clock
+        self.name = inner.name
+
+    def on_insert(self, entry, key, size, parent=None) -> None:
+        self.inner.on_insert(entry, key, size, parent)
+
+    def on_access(self, entry) -> None:
+        self.retention.touch(entry)
+        self.inner.on_access(entry)
+
+    def on_remove(self, entry) -> None:
+        self.retention.release(entry)
+        self.inner.on_remove(entry)
+
+    def on_resize(self, entry, new_size, new_parent, new_key=None) -> None:
+        self.retention.resize(entry, new_size)
+        self.inner.on_resize(entry, new_size, new_parent, new_key)
+
+    def record(self, key) -> None:
+        self.inner.record(key)
+
+    def observe(self, hit: int, total: int) -> None:
+        self.inner.observe(hit, total)
+
+    def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
+        return self.inner.admit(candidate, victims)
+
+    def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False) -> List[Hashable]:
+        self.retention.expire()
+        if not self.retention.retained_size:
+            return self.inner.victims(size, protected)
+        is_ret = self.retention.is_retained
+        first = self.inner.victims(size, lambda e: protected(e) or is_ret(e))
+        freed = sum(self._size_of(e) for e in first)
+        if freed >= size:
+            return first
+        # not enough without retained entries: continue in the inner order, retained ones now allowed
+        # (the concatenation stays removable: every later entry's children are earlier in one list or other)
+        seen = set(first)
+        out = list(first)
+        for e in self.inner.victims(size, protected):
+            if freed >= size:
+                break
+            if e not in seen:
+                out.append(e)
+                freed += self._size_of(e)
+        return out
+
+    def _size_of(self, e) -> int:
+        return self.inner.index.nodes[e].size

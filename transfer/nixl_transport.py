@@ -1,0 +1,222 @@
+"""A `Transport` over NIXL with the UCX backend (DRAM to DRAM). The only module that imports nixl.
+
+Design notes (observed on these machines, see docs/nixl-on-cpu.md):
+- No progress thread (`enable_prog_thread=False`): NIXL's spins a whole core per agent even when idle.
+  The initiator drives its own transfers by polling `check_xfer_state`; a passive side calls
+  `progress()` from its own loop, or the first transfer to it stalls until it does.
+- No listener thread: metadata travels through the caller's own control plane (`metadata()` /
+  `connect()`), so no NIXL port is ever bound. Loading metadata is retried until
+  `check_remote_metadata` confirms it, because a first load after a peer restart can be lost silently.
+- A frozen peer keeps a transfer in "PROC" with no timeout of its own: every wait polls against the
+  caller's deadline, then `release_xfer_handle` cancels. A handle that refuses to be released is kept
+  and retried at `close()` rather than leaked silently.
+- The bindings raise exceptions with no common base (nixlRemoteDisconnectError, nixlNotFoundError, ...),
+  and some helpers return None after only logging: both become `TransferError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from transfer.base import Range, Region, Transport, TransferError, TransferTimeout, check_ranges
+
+try:  # the `nixl` meta package re-exports the build-specific one; nixl-cu12 alone installs `nixl_cu12`
+    from nixl._api import nixl_agent, nixl_agent_config
+except ImportError:  # pragma: no cover - depends on which wheel is installed
+    from nixl_cu12._api import nixl_agent, nixl_agent_config
+
+logger = logging.getLogger(__name__)
+
+_MEM = "DRAM"
+_counter = itertools.count()
+
+
+def use_loopback_only() -> None:
+    """Make UCX advertise only the loopback device. Must run before the first agent is created."""
+    os.environ.setdefault("UCX_NET_DEVICES", "lo")
+
+
+def unique_agent_name(prefix: str) -> str:
+    """Unique for the life of the process, and across restarts (pid + random suffix)."""
+    return f"{prefix}-{os.getpid()}-{next(_counter)}-{uuid.uuid4().hex[:8]}"
+
+
+def _descs(ranges: Sequence[Range]) -> np.ndarray:
+    arr = np.zeros((len(ranges), 3), dtype=np.uint64)
+    if ranges:
+        arr[:, :2] = np.asarray(ranges, dtype=np.uint64)
+    return arr  # column 2: device id, always 0 for DRAM
+
+
+def _backoff(start: float) -> None:
+    """Spin briefly (most transfers finish in microseconds), then sleep longer and longer, up to 1 ms."""
+    waited = time.monotonic() - start
+    if waited < 0.0005:
+        time.sleep(0)
+    else:
+        time.sleep(min(0.001, waited / 10))
+
+
+class NixlTransport(Transport):
+    def __init__(self, name_prefix: str = "kvpeer", backends: Sequence[str] = ("UCX",)):
+        self._name = unique_agent_name(name_prefix)
+        self._lock = threading.Lock()  # guards every call into the agent; never held across a wait
+        self._regions: Dict[Region, object] = {}
+        self._peers: set = set()
+        self._notifs: Dict[str, List[bytes]] = {}
+        self._stuck_handles: list = []
+        self._closed = False
+        config = nixl_agent_config(
+            enable_prog_thread=False, enable_listen_thread=False, listen_port=0, backends=list(backends)
+        )
+        try:
+            self._agent = nixl_agent(self._name, config)
+        except Exception as e:
+            raise TransferError(f"cannot create NIXL agent: {type(e).__name__}: {e}") from e
+        missing = [b for b in backends if b not in self._agent.backends]
+        if missing:
+            raise TransferError(f"NIXL backend(s) {missing} unavailable; plugins: {self._agent.plugin_list}")
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def _call(self, what: str, fn, *args):
+        if self._closed:
+            raise TransferError(f"transport {self._name} is closed")
+        with self._lock:
+            try:
+                return fn(*args)
+            except TransferError:
+                raise
+            except Exception as e:  # no common base class in the bindings
+                raise TransferError(f"{what}: {type(e).__name__}: {e}") from e
+
+    # --- memory and peers ---
+    def register(self, addr: int, length: int) -> Region:
+        if length <= 0:
+            raise TransferError(f"cannot register {length} bytes")
+        descs = self._call("register_memory", self._agent.register_memory, [(addr, length, 0, "")], _MEM)
+        if descs is None:
+            raise TransferError("register_memory returned None")
+        region = Region(addr, length)
+        self._regions[region] = descs
+        return region
+
+    def deregister(self, region: Region) -> None:
+        descs = self._regions.pop(region, None)
+        if descs is not None:
+            self._call("deregister_memory", self._agent.deregister_memory, descs)
+
+    def metadata(self) -> bytes:
+        return self._call("get_agent_metadata", self._agent.get_agent_metadata)
+
+    def connect(self, metadata: bytes, deadline: float) -> str:
+        last: Exception | None = None
+        start = time.monotonic()
+        while True:
+            try:
+                name = self._call("add_remote_agent", self._agent.add_remote_agent, metadata)
+                if isinstance(name, bytes):
+                    name = name.decode()
+                if self._call("check_remote_metadata", self._agent.check_remote_metadata, name):
+                    self._peers.add(name)
+                    return name
+                last = TransferError(f"metadata of {name} not loaded yet")
+            except TransferError as e:
+                last = e
+            if time.monotonic() >= deadline:
+                raise TransferTimeout(f"could not load peer metadata before the deadline: {last}")
+            _backoff(start)
+
+    def disconnect(self, peer: str) -> None:
+        if peer in self._peers and not self._closed:
+            self._peers.discard(peer)
+            try:
+                self._call("remove_remote_agent", self._agent.remove_remote_agent, peer)
+            except TransferError as e:
+                logger.debug("forgetting %s: %s", peer, e)
+
+    # --- data ---
+    def read(self, peer: str, local: Sequence[Range], remote: Sequence[Range], deadline: float) -> None:
+        self._xfer("READ", peer, local, remote, deadline, b"")
+
+    def write(
+        self, peer: str, local: Sequence[Range], remote: Sequence[Range], deadline: float, notify: bytes = b""
+    ) -> None:
+        self._xfer("WRITE", peer, local, remote, deadline, notify)
+
+    def _xfer(self, op: str, peer: str, local, remote, deadline: float, notify: bytes) -> None:
+        check_ranges(local, remote)
+        if not local:
+            return
+        if peer not in self._peers:
+            raise TransferError(f"unknown peer {peer!r}: connect first")
+        agent = self._agent
+        local_dl = self._call("get_xfer_descs", agent.get_xfer_descs, _descs(local), _MEM)
+        remote_dl = self._call("get_xfer_descs", agent.get_xfer_descs, _descs(remote), _MEM)
+        if local_dl is None or remote_dl is None:
+            raise TransferError("could not build descriptor lists")
+        handle = self._call(f"{op} initialize_xfer", agent.initialize_xfer, op, local_dl, remote_dl, peer, notify)
+        try:
+            state = self._call(f"{op} transfer", agent.transfer, handle)
+            start = time.monotonic()
+            while state == "PROC":
+                if time.monotonic() >= deadline:
+                    raise TransferTimeout(f"{op} of {len(local)} ranges from {peer} still in progress at the deadline")
+                _backoff(start)
+                state = self._call(f"{op} check_xfer_state", agent.check_xfer_state, handle)
+            if state != "DONE":
+                raise TransferError(f"{op} with {peer} ended in state {state}")
+        finally:
+            self._release(handle)
+
+    def _release(self, handle) -> None:
+        try:
+            self._call("release_xfer_handle", self._agent.release_xfer_handle, handle)
+        except TransferError as e:
+            # NIXL refuses to free a transfer it cannot cancel; keep it so close() can try again.
+            logger.warning("keeping an uncancellable transfer handle: %s", e)
+            self._stuck_handles.append(handle)
+
+    # --- notifications ---
+    def send_notification(self, peer: str, message: bytes) -> None:
+        self._call("send_notif", self._agent.send_notif, peer, message)
+
+    def progress(self) -> None:
+        new = self._call("get_new_notifs", self._agent.get_new_notifs)
+        for sender, msgs in (new or {}).items():
+            self._notifs.setdefault(sender, []).extend(msgs)
+
+    def notifications(self) -> Dict[str, List[bytes]]:
+        self.progress()
+        with self._lock:
+            out, self._notifs = self._notifs, {}
+        return out
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        for handle in self._stuck_handles:
+            try:
+                with self._lock:
+                    self._agent.release_xfer_handle(handle)
+            except Exception as e:
+                logger.warning("transfer handle still stuck at close: %s", e)
+        self._stuck_handles.clear()
+        for peer in list(self._peers):
+            self.disconnect(peer)
+        for region in list(self._regions):
+            try:
+                self.deregister(region)
+            except TransferError as e:
+                logger.warning("deregister at close: %s", e)
+        self._closed = True
