@@ -1,0 +1,37 @@
+"""Session-wide real servers (embedded model, CPU, 127.0.0.1), started lazily and shared by test modules."""
+
+import pytest
+
+from tests.support import start_server
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="session")
+def server_logs(tmp_path_factory):
+    return tmp_path_factory.mktemp("server-logs")
+
+
+@pytest.fixture(scope="session")
+def tiered_server(server_logs):
+    """The default: `python -m sglang_ext.launch_server` with nothing but cache reporting on."""
+    server = start_server(["--enable-cache-report"], server_logs, "tiered")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def nocache_server(server_logs):
+    """The reference for bit-exact comparisons: the same model with the prefix cache disabled."""
+    server = start_server(["--disable-radix-cache"], server_logs, "nocache")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def hicache_server(server_logs):
+    """A small device pool (600 tokens) over a host tier twice its size, so eviction is easy to force."""
+    server = start_server(["--enable-hierarchical-cache", "--max-total-tokens", "600", "--enable-cache-report"],
+                          server_logs, "hicache")
+    yield server
+    server.stop()
