@@ -33,7 +33,7 @@ from collections import OrderedDict
 from typing import Callable, Hashable, Iterable, List, Optional
 
 from tiers.clock import Clock
-from tiers.policies._tree import TreeIndex, select_leaves
+from tiers.policies._tree import TreeIndex, heap_order, select_leaves
 from tiers.policy import Candidate, Policy, register_policy
 from tiers.sketch import FrequencySketch
 
@@ -92,6 +92,7 @@ class TinyLFUPolicy(Policy):
         sketch_keys: Optional[int] = None,
         doorkeeper: bool = False,
         seed: Optional[int] = None,
+        main: str = "lfu",
     ):
         super().__init__(capacity, clock)
         if not 0.0 <= window_fraction <= 1.0:
@@ -100,6 +101,9 @@ class TinyLFUPolicy(Policy):
             raise ValueError(f"protected_fraction must be in [0, 1], got {protected_fraction}")
         if sample_factor <= 0:
             raise ValueError(f"sample_factor must be positive, got {sample_factor}")
+        if main not in ("slru", "lfu"):
+            raise ValueError(f"main must be 'slru' or 'lfu', got {main!r}")
+        self.main = main
         self.index = TreeIndex()
         self.sketch = FrequencySketch(
             sketch_keys or max(64, min(capacity, 1 << 17)), doorkeeper=doorkeeper, seed=seed
@@ -119,6 +123,7 @@ class TinyLFUPolicy(Policy):
     def on_insert(self, entry, key, size, parent=None) -> None:
         n = self.index.add(entry, key, size, parent)
         n.region = WINDOW
+        n.count = self.sketch.estimate(key)  # cached estimate: ranks victims without re-hashing every leaf
         self._regions[WINDOW][entry] = None
         self._sizes[WINDOW] += size
 
@@ -126,6 +131,8 @@ class TinyLFUPolicy(Policy):
         n = self.index.nodes.get(entry)
         if n is None:
             return
+        n.tick = self.index.tick()
+        n.count = self.sketch.estimate(n.key)
         if n.region == PROBATION:
             self._move(n, PROTECTED)
             self._candidates.pop(entry, None)
@@ -146,6 +153,7 @@ class TinyLFUPolicy(Policy):
         self._sizes[n.region] += new_size - old_size
         if new_key is not None:
             n.key = new_key
+            n.count = self.sketch.estimate(new_key)
         if new_parent is not None and new_parent != old_parent:
             # the split's new node is the front part of `entry`: it belongs where `entry` was
             p = self.index.nodes[new_parent]
@@ -172,6 +180,10 @@ class TinyLFUPolicy(Policy):
         if candidate.size <= self.window_max:
             return True
         nodes = self.index.nodes
+        if self.main == "lfu":
+            f = self.sketch.estimate(candidate.key)
+            top = max((self.sketch.estimate(nodes[v].key) for v in victims), default=0)
+            return f >= top or self.sketch.admit_with_jitter(f, top)
         f = self.sketch.estimate(candidate.key)
         for v in victims:
             n = nodes[v]
@@ -180,6 +192,8 @@ class TinyLFUPolicy(Policy):
         return True
 
     def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False) -> List[Hashable]:
+        if self.main == "lfu":
+            return self._victims_lfu(size, protected)
         self._spill_window()
         nodes = self.index.nodes
         sketch = self.sketch
@@ -204,6 +218,24 @@ class TinyLFUPolicy(Policy):
             return out
         # 2. then plain cold-end order: probation, protected, window (each leaf-only, parents as they free up)
         return out + self._select_rest(size - freed, protected, taken)
+
+    def _victims_lfu(self, size, protected):
+        win = self._regions[WINDOW]
+        wmax = self.window_max
+        # window entries within the window budget (most recent first) are spared until last
+        spared = set()
+        acc = 0
+        for e in reversed(win):
+            n = self.index.nodes[e]
+            if acc + n.size > wmax:
+                break
+            acc += n.size
+            spared.add(e)
+
+        def rank(n):
+            return (n.entry in spared, n.count, n.tick)
+
+        return select_leaves(self.index, size, protected, heap_order(self.index, rank), rank, yields_inner=False)
 
     # --- internals ---
     def _select_rest(self, size, protected, taken) -> List[Hashable]:

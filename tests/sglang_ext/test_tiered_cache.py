@@ -1,0 +1,167 @@
+"""TieredRadixCache keeps every RadixCache invariant while a tiers policy chooses victims and admission."""
+
+from array import array
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang_ext.tiered_cache import TieredRadixCache, TierStats
+from tiers.clock import ManualClock
+from tiers.policy import policy_names
+
+ALL = policy_names()
+
+
+class CountingAlloc:
+    """Mock KV allocator: records what the tree frees."""
+
+    device = "cpu"
+
+    def __init__(self, size):
+        self.size = size
+        self.freed = 0
+
+    def free_segment(self, values, start_pos=0):
+        self.freed += len(values)
+
+
+def key(toks):
+    return RadixKey(array("q", toks))
+
+
+def ins(c, toks, **kw):
+    return c.insert(InsertParams(key=key(toks), value=torch.arange(len(toks), dtype=torch.int64)), **kw)
+
+
+def hit(c, toks):
+    return len(c.match_prefix(MatchPrefixParams(key=key(toks))).device_indices)
+
+
+def check_invariants(c):
+    """Recount evictable/protected sizes and evictable leaves from the tree itself."""
+    evictable = protected = 0
+    leaves = set()
+    stack = [c.root_node]
+    tracked = 0
+    while stack:
+        n = stack.pop()
+        for ch in n.children.values():
+            assert ch.parent is n
+            stack.append(ch)
+        if n is c.root_node:
+            continue
+        tracked += 1
+        if n.lock_ref > 0:
+            protected += len(n.key)
+            # a locked node's ancestors are locked too
+            assert n.parent is c.root_node or n.parent.lock_ref > 0
+        else:
+            evictable += len(n.key)
+            if not n.children:
+                leaves.add(n)
+    assert c.evictable_size_ == evictable
+    assert c.protected_size_ == protected
+    assert c.evictable_leaves == leaves
+    assert len(c.policy.inner) == tracked  # the policy tracks exactly the tree's nodes
+    assert evictable + protected <= c.capacity_tokens or protected > c.capacity_tokens
+
+
+@pytest.mark.parametrize("name", ALL)
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_random_operations_keep_invariants(name, data):
+    """Guards: evictable_size_/protected_size_/evictable_leaves/lock_ref drifting under the policy."""
+    c = TieredRadixCache.create_simulated(policy=name, capacity_tokens=40, clock=ManualClock())
+    locks = []
+    seqs = st.lists(st.integers(0, 3), min_size=1, max_size=14)
+    for _ in range(data.draw(st.integers(1, 40))):
+        op = data.draw(st.integers(0, 4))
+        if op <= 1:
+            ins(c, data.draw(seqs))
+        elif op == 2:
+            m = c.match_prefix(MatchPrefixParams(key=key(data.draw(seqs))))
+            if data.draw(st.booleans()) and m.last_device_node is not c.root_node:
+                c.inc_lock_ref(m.last_device_node)
+                locks.append(m.last_device_node)
+        elif op == 3 and locks:
+            c.dec_lock_ref(locks.pop(data.draw(st.integers(0, len(locks) - 1))))
+        else:
+            c.evict(EvictParams(num_tokens=data.draw(st.integers(1, 20))))
+        check_invariants(c)
+    for n in locks:
+        c.dec_lock_ref(n)
+    c.evict(EvictParams(num_tokens=10**6))
+    check_invariants(c)
+    assert c.evictable_size_ == 0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_capacity_is_kept_and_locked_nodes_survive(name):
+    c = TieredRadixCache.create_simulated(policy=name, capacity_tokens=10, clock=ManualClock())
+    ins(c, [1, 2, 3, 4])
+    m = c.match_prefix(MatchPrefixParams(key=key([1, 2, 3, 4])))
+    c.inc_lock_ref(m.last_device_node)
+    for i in range(20):
+        ins(c, [100 + i, 7, 7])
+        assert c.evictable_size_ + c.protected_size_ <= 10
+    assert hit(c, [1, 2, 3, 4]) == 4
+    check_invariants(c)
+
+
+def test_declined_insert_adds_nothing():
+    """Guards: a declined remainder must not enter the tree, and prefix_len=len(key) lets SGLang free it."""
+    c = TieredRadixCache.create_simulated(
+        policy="tinylfu", capacity_tokens=6, clock=ManualClock(), policy_config={"adaptive": False, "window_fraction": 0.0}
+    )
+    hot = [1, 2, 3]
+    for _ in range(6):
+        hit(c, hot)
+        ins(c, hot)
+    ins(c, [4, 5, 6])  # fills capacity
+    before = c.total_size()
+    r = ins(c, [9, 9, 9, 9])  # one-shot remainder vs a hot victim
+    s = c.tier_stats()
+    assert isinstance(s, TierStats)
+    assert s.admissions_rejected == 1
+    assert r.prefix_len == 4
+    assert c.total_size() == before
+    assert hit(c, [9, 9, 9, 9]) == 0
+    assert hit(c, hot) == 3  # the hot prefix was never displaced by the one-shot
+    check_invariants(c)
+
+
+def test_evict_frees_values_through_allocator():
+    alloc = CountingAlloc(100)
+    c = TieredRadixCache.create_simulated(policy="lru", capacity_tokens=100, mock_allocator=alloc)
+    ins(c, [1, 2, 3])
+    ins(c, [1, 2, 4, 5])
+    r = c.evict(EvictParams(num_tokens=100))
+    assert r.num_tokens_evicted == 5 == alloc.freed
+    assert c.total_size() == 0
+    assert c.tier_stats().evictions == 3  # [1,2] split from [3] and [4,5]
+
+
+def test_server_constructor_takes_allocator_size():
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+
+    params = CacheInitParams(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=CountingAlloc(77), page_size=1)
+    c = TieredRadixCache(params, policy="lru")
+    assert c.capacity_tokens == 77
+    with pytest.raises(ValueError, match="unknown policy"):
+        TieredRadixCache(params, policy="nope")
+
+
+def test_retained_prefix_outlives_unretained_until_ttl():
+    """Guards: session TTL retention must be soft but effective, and end exactly at expiry."""
+    clock = ManualClock()
+    c = TieredRadixCache.create_simulated(policy="lru", capacity_tokens=8, clock=clock)
+    ins(c, [1, 2, 3, 4], ttl_s=60)
+    ins(c, [5, 6, 7, 8])
+    ins(c, [9, 9, 9, 9])  # needs room: the unretained [5..8] goes although [1..4] is older
+    assert hit(c, [1, 2, 3, 4]) == 4 and hit(c, [5, 6, 7, 8]) == 0
+    clock.set(60)
+    ins(c, [7, 7, 7, 7])
+    assert hit(c, [1, 2, 3, 4]) == 0

@@ -1,0 +1,100 @@
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tiers.clock import ManualClock
+from tiers.policy import create_policy, policy_names
+from tiers.retention import Retention, RetainingPolicy, parse_cache_control, parse_ttl
+
+
+def test_parse_cache_control():
+    assert parse_cache_control({"type": "ephemeral", "ttl": "5m"}) == 300
+    assert parse_cache_control({"type": "ephemeral", "ttl": "1h"}) == 3600
+    assert parse_cache_control({"type": "ephemeral", "ttl": "45s"}) == 45
+    assert parse_cache_control({"type": "ephemeral"}, default_ttl_s=60) == 60
+
+
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ({"type": "persistent"}, "not supported"),
+        ({"ttl": "5m"}, "needs a 'type'"),
+        ({"type": "ephemeral", "ttl": "-5m"}, "not '<N>s'"),
+        ({"type": "ephemeral", "ttl": "0s"}, "positive"),
+        ({"type": "ephemeral", "ttl": "48h"}, "exceeds"),
+        ({"type": "ephemeral", "ttl": 300}, "must be a string"),
+        ({"type": "ephemeral", "ttl": "5 minutes"}, "not '<N>s'"),
+        ({"type": "ephemeral", "extra": 1}, "unknown field"),
+        ("ephemeral", "must be an object"),
+    ],
+)
+def test_parse_cache_control_rejects(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        parse_cache_control(bad)
+
+
+def test_ttl_expires_exactly_at_injected_time():
+    clock = ManualClock()
+    r = Retention(100, clock)
+    r.retain("a", 10, 30)
+    clock.set(29.999)
+    assert r.is_retained("a")
+    clock.set(30.0)
+    assert not r.is_retained("a")
+    assert r.expire() == 1 and r.retained_size == 0
+
+
+def test_hit_refreshes_ttl():
+    clock = ManualClock()
+    r = Retention(100, clock)
+    r.retain("a", 10, 30)
+    clock.set(20)
+    r.touch("a")
+    clock.set(45)
+    assert r.is_retained("a")
+    clock.set(50)
+    assert not r.is_retained("a")
+
+
+def test_over_budget_releases_oldest_first():
+    clock = ManualClock()
+    r = Retention(100, clock, budget_fraction=0.3)
+    r.retain("a", 10, 60)
+    clock.advance(1)
+    r.retain("b", 10, 60)
+    clock.advance(1)
+    r.touch("a")  # a is now the most recently refreshed
+    r.retain("c", 15, 60)
+    assert r.retained_size <= 30
+    assert not r.is_retained("b") and r.is_retained("a") and r.is_retained("c")
+    assert not r.retain("huge", 31, 60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(1, 30), st.integers(1, 100), st.integers(0, 5)), max_size=80))
+def test_budget_never_exceeded(ops):
+    clock = ManualClock()
+    r = Retention(100, clock, budget_fraction=0.4)
+    for entry, size, ttl, dt in ops:
+        r.retain(entry, size, ttl)
+        clock.advance(dt)
+        r.expire()
+        assert r.retained_size <= r.budget
+        assert r.retained_size == sum(r._size.values())
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_retained_entries_are_evicted_last(name):
+    """Guards: retention is soft. Unretained victims go first; retained ones only when nothing else can."""
+    clock = ManualClock()
+    inner = create_policy(name, 100, clock=clock)
+    ret = Retention(100, clock)
+    p = RetainingPolicy(inner, ret)
+    for e in range(4):
+        p.on_insert(e, ("k", e), 1, None)
+    ret.retain(0, 1, 10)
+    ret.retain(1, 1, 10)
+    assert set(p.victims(2)) == {2, 3}
+    vs = p.victims(3)
+    assert set(vs[:2]) == {2, 3} and vs[2] in (0, 1)
+    clock.set(10)  # expired: ordinary again
+    assert len(p.victims(4)) == 4
