@@ -1,30 +1,45 @@
 """The SGLang plugin (entry point group `sglang.srt.plugins`): registers the `tiered` tree-cache backend.
 
-SGLang calls `register()` in the launcher and in every scheduler process. It must be idempotent (the launcher
-also calls it before parsing arguments, because `--radix-cache-backend` accepts only registered names) and it
-must never raise on the serving path.
+SGLang calls `register()` in the launcher and in every scheduler process; the launcher also calls it before
+parsing arguments, because `--radix-cache-backend` accepts only registered names. It is idempotent, and it
+never raises on the serving path. What it installs:
+- every process: the `tiered` backend; on CPU, the HiCache seams (cpu_hicache);
+- scheduler processes: a hook that adds the tree cache's tier counters to `get_internal_state`;
+- the HTTP (main) process: the `cache_control` middleware and `GET /tiers/stats` (request_api).
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 
 logger = logging.getLogger(__name__)
 
 BACKEND_NAME = "tiered"
+_registered = False
 
 
 def register() -> None:
+    global _registered
+    if _registered:
+        return
+    _registered = True
     from sglang.srt.mem_cache.registry import register_radix_cache_backend, registered_radix_cache_backends
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.utils import is_cpu
+
+    from sglang_ext import request_api
 
     if BACKEND_NAME not in registered_radix_cache_backends():
         register_radix_cache_backend(BACKEND_NAME, build_tree_cache)
-    from sglang.srt.utils import is_cpu
-
     if is_cpu():
         from sglang_ext import cpu_hicache
 
         cpu_hicache.install()
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.get_internal_state",
+                          request_api.attach_stats_to_internal_state, HookType.AFTER)
+    if multiprocessing.parent_process() is None:
+        request_api.install_http_routes()
 
 
 def build_tree_cache(ctx):
@@ -46,6 +61,6 @@ def build_tree_cache(ctx):
     else:
         from sglang_ext.tiered_cache import TieredRadixCache
 
-        cache = TieredRadixCache(ctx.params, policy=config.policy)
+        cache = TieredRadixCache(ctx.params, policy=config.policy, retention_budget=config.retention_budget)
     logger.info("tiered cache: %s with policy %s", type(cache).__name__, config.policy)
     return cache

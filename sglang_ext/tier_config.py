@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
-MAX_TTL_S = 7 * 24 * 3600.0  # a retention longer than a week is a configuration mistake, not a cache hint
 
 
 class TierConfigError(ValueError):
@@ -33,10 +32,15 @@ class TierConfig:
 
         if self.policy not in policy_names() and ":" not in self.policy:
             raise TierConfigError(f"--tier-policy: unknown policy {self.policy!r}; choose one of {policy_names()}")
-        if self.session_ttl_s is not None and not 0 < self.session_ttl_s <= MAX_TTL_S:
-            raise TierConfigError(f"--tier-session-ttl: must be in (0, {MAX_TTL_S:.0f}] seconds, got {self.session_ttl_s}")
-        if not 0 <= self.retention_budget <= 1:
-            raise TierConfigError(f"--tier-retention-budget: must be a fraction in [0, 1], got {self.retention_budget}")
+        if self.session_ttl_s is not None:
+            from tiers.retention import validate_ttl_s
+
+            try:
+                validate_ttl_s(self.session_ttl_s)
+            except ValueError as e:
+                raise TierConfigError(f"--tier-session-ttl: {e}") from None
+        if not 0 < self.retention_budget <= 1:
+            raise TierConfigError(f"--tier-retention-budget: must be a fraction in (0, 1], got {self.retention_budget}")
         return self
 
     def to_env(self) -> str:
