@@ -1,0 +1,140 @@
+"""Real SGLang servers on 127.0.0.1 for benchmarks and tests: start, wait healthy (with a deadline), talk, stop.
+
+`tiered`: `python -m sglang_ext.launch_server` (the project). `stock`: `python -m sglang.launch_server` with the same
+model and, without CUDA, the same CPU settings, so the two differ only in the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+START_DEADLINE_S = float(os.environ.get("SGLANG_EXT_START_DEADLINE", "300"))
+REQUEST_DEADLINE_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def post(self, path: str, body: dict, timeout: float = REQUEST_DEADLINE_S) -> dict:
+        status, parsed = self.post_status(path, body, timeout)
+        if status != 200:
+            raise RuntimeError(f"POST {path} -> {status}: {parsed}")
+        return parsed
+
+    def post_status(self, path: str, body, timeout: float = REQUEST_DEADLINE_S):
+        """(status, parsed body) without raising on 4xx/5xx."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw)
+            except ValueError:
+                return e.code, raw.decode(errors="replace")
+
+    def get(self, path: str, timeout: float = REQUEST_DEADLINE_S):
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            raw = r.read()
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode()
+
+    def generate(self, text=None, input_ids=None, max_new_tokens: int = 8, **extra) -> dict:
+        body = {"sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}, **extra}
+        body["text" if text is not None else "input_ids"] = text if text is not None else input_ids
+        return self.post("/generate", body)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def stock_args(model_path: Optional[str] = None) -> List[str]:
+    """Flags that make `sglang.launch_server` serve what `sglang_ext.launch_server` serves by default."""
+    from sglang_ext.embedded_model import ensure_embedded_model
+    from sglang_ext.launch_server import CPU_DEFAULTS, CPU_FLAGS, cuda_available
+
+    args = ["--model-path", model_path or str(ensure_embedded_model())]
+    if not cuda_available():
+        for flag, value in CPU_DEFAULTS.items():
+            args += [flag, value]
+        args += CPU_FLAGS
+    return args
+
+
+def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str = "tiered",
+                 env: Optional[dict] = None, model_path: Optional[str] = None) -> Server:
+    """Start a server and wait until /health answers; `kind` is "tiered" (the project) or "stock" (SGLang)."""
+    port = free_port()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}-{port}.log"
+    if kind == "tiered":
+        cmd = [sys.executable, "-m", "sglang_ext.launch_server", *args]
+    elif kind == "stock":
+        cmd = [sys.executable, "-m", "sglang.launch_server", *stock_args(model_path), *args]
+    else:
+        raise ValueError(f"kind must be 'tiered' or 'stock', got {kind!r}")
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    if kind == "stock":
+        from sglang_ext.launch_server import cuda_available
+
+        full_env["SGLANG_PLUGINS"] = "none"  # a whitelist naming no plugin: stock SGLang, without ours
+        if not cuda_available():
+            full_env.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                                start_new_session=True)
+    server = Server(f"http://127.0.0.1:{port}", proc, log_path)
+    deadline = time.monotonic() + START_DEADLINE_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{server.log_tail()}")
+        try:
+            with urllib.request.urlopen(server.url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return server
+        except OSError:
+            pass
+        time.sleep(0.5)  # polling a process we do not control, bounded by the deadline above
+    server.stop()
+    raise RuntimeError(f"{name} not healthy within {START_DEADLINE_S:.0f}s:\n{server.log_tail()}")
