@@ -59,8 +59,9 @@ def build_tree_cache(ctx):
         # The forward pass waits on this counter for host->device loads (see sglang registry.py).
         ctx.tp_worker.register_hicache_layer_transfer_counter(cache.cache_controller.layer_done_counter)
     else:
-        from sglang_ext.tiered_cache import TieredRadixCache
+        from sglang_ext.serving_cache import ServingTieredCache
 
-        cache = TieredRadixCache(ctx.params, policy=config.policy, retention_budget=config.retention_budget)
+        cache = ServingTieredCache(ctx.params, policy=config.policy, retention_budget=config.retention_budget,
+                                   enable_metrics=bool(ctx.server_args.enable_metrics))
     logger.info("tiered cache: %s with policy %s", type(cache).__name__, config.policy)
     return cache

@@ -88,6 +88,9 @@ class Retention:
         self._seq = itertools.count()
         self.retained_size = 0
         self.released_over_budget = 0
+        self.retains = 0  # counters for metrics: retentions started or extended, refreshes on hit, expiries
+        self.refreshes = 0
+        self.expiries = 0
 
     def __len__(self) -> int:
         self.expire()
@@ -107,6 +110,7 @@ class Retention:
         self.retained_size += size
         self._ttl[entry] = max(ttl_s, self._ttl.get(entry, 0.0)) if entry in self._expiry else ttl_s
         self._set_deadline(entry)
+        self.retains += 1
         while self.retained_size > self.budget:
             oldest = next(iter(self._age))
             self.release(oldest)
@@ -117,6 +121,7 @@ class Retention:
         """A hit: the entry's TTL restarts from now (if it is still retained)."""
         if entry in self._expiry and not self._expired(entry):
             self._set_deadline(entry)
+            self.refreshes += 1
 
     def resize(self, entry: Hashable, size: int) -> None:
         if entry in self._size:
@@ -144,6 +149,7 @@ class Retention:
             if self._expiry.get(entry) == deadline:  # else a stale item from before a refresh
                 self.release(entry)
                 n += 1
+        self.expiries += n
         return n
 
     def _expired(self, entry) -> bool:

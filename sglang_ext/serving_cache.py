@@ -1,0 +1,115 @@
+"""The tiered tree cache as the server runs it: request TTLs, `/tiers/stats`, Prometheus counters.
+
+`TieredRadixCache` (tiered_cache.py) is the policy-driven tree; this subclass adds what only a serving process
+has: the retention TTL a request carries (request_api.TTL_PARAM in `sampling_params.custom_params`, put there by
+the HTTP middleware from `cache_control` or the session default) is applied to the request's whole prefix when
+SGLang inserts it; counters are exported for `/tiers/stats` and, with `--enable-metrics`, as Prometheus counters
+created in the scheduler process (SGLang's multiprocess registry exports them on `/metrics`).
+
+Threading: like RadixCache, called only from the scheduler thread; `tier_stats_dict` is read on that thread
+too (through `get_internal_state`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Optional
+
+from sglang_ext.request_api import TTL_PARAM
+from sglang_ext.tiered_cache import TieredRadixCache
+
+
+def request_ttl_s(req) -> Optional[float]:
+    params = getattr(getattr(req, "sampling_params", None), "custom_params", None)
+    value = params.get(TTL_PARAM) if isinstance(params, dict) else None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def tenant_label(salt: Optional[str]) -> str:
+    """Tenants appear in stats as a digest of their salt: an operator who knows a salt can find it, a tenant
+    reading the stats cannot learn another tenant's salt."""
+    return "default" if not salt else "t-" + hashlib.sha256(salt.encode()).hexdigest()[:12]
+
+
+class PrometheusCounters:
+    """Monotonic counters mirrored from TierStats / Retention by delta, so the hot path never touches them."""
+
+    FIELDS = ("inserts", "admissions_rejected", "rejected_tokens", "evictions", "evicted_tokens",
+              "retained_evictions", "hit_requests", "hit_tokens", "retains", "ttl_refreshes", "ttl_expiries")
+
+    def __init__(self):
+        from prometheus_client import Counter
+
+        self._counter = Counter("sglang_ext_tier_events", "Tiered KV cache events by kind and tier",
+                                ["event", "tier"])
+        self._last = {}
+
+    def sync(self, values: dict, tier: str = "device") -> None:
+        for name in self.FIELDS:
+            delta = values.get(name, 0) - self._last.get(name, 0)
+            if delta > 0:
+                self._counter.labels(event=name, tier=tier).inc(delta)
+        self._last = {name: values.get(name, 0) for name in self.FIELDS}
+
+
+class ServingTieredCache(TieredRadixCache):
+    def __init__(self, params, *, enable_metrics: bool = False, **kwargs):
+        self._request_ttl_s: Optional[float] = None
+        self._hit_requests = 0
+        self._hit_tokens = 0
+        super().__init__(params, **kwargs)
+        self._metrics = PrometheusCounters() if enable_metrics else None
+
+    # ---- request plumbing ----
+    def insert(self, params, ttl_s: Optional[float] = None):
+        return super().insert(params, ttl_s if ttl_s is not None else self._request_ttl_s)
+
+    def cache_unfinished_req(self, req, *args, **kwargs):
+        self._request_ttl_s = request_ttl_s(req)
+        try:
+            return super().cache_unfinished_req(req, *args, **kwargs)
+        finally:
+            self._request_ttl_s = None
+
+    def cache_finished_req(self, req, *args, **kwargs):
+        self._request_ttl_s = request_ttl_s(req)
+        cached = getattr(req, "cached_tokens", 0) or 0
+        self._hit_requests += cached > 0
+        self._hit_tokens += cached
+        try:
+            return super().cache_finished_req(req, *args, **kwargs)
+        finally:
+            self._request_ttl_s = None
+            if self._metrics is not None:
+                self._metrics.sync(self.counters())
+
+    # ---- observability ----
+    def counters(self) -> dict:
+        stats = dataclasses.asdict(self.tier_stats())
+        retention = self.retention
+        stats.update(hit_requests=self._hit_requests, hit_tokens=self._hit_tokens, retains=retention.retains,
+                     ttl_refreshes=retention.refreshes, ttl_expiries=retention.expiries,
+                     retained_tokens=retention.retained_size)
+        return stats
+
+    def occupancy_by_tenant(self) -> dict:
+        out = {}
+        for child in self.root_node.children.values():
+            label = tenant_label(getattr(child.key, "cache_salt", None))
+            size, stack = 0, [child]
+            while stack:
+                node = stack.pop()
+                size += len(node.key)
+                stack.extend(node.children.values())
+            out[label] = out.get(label, 0) + size
+        return out
+
+    def tier_stats_dict(self) -> dict:
+        counters = self.counters()
+        return {
+            "policy": counters.pop("policy"),
+            "tiers": {"device": {"capacity_tokens": counters.pop("capacity_tokens"),
+                                 "used_tokens": counters.pop("size_tokens"), **counters}},
+            "tenants": {label: {"device_tokens": n} for label, n in sorted(self.occupancy_by_tenant().items())},
+        }
