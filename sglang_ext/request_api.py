@@ -41,8 +41,10 @@ def request_ttl(body: dict, session_ttl_s: Optional[float]) -> Optional[float]:
             if isinstance(part, dict) and "cache_control" in part:
                 blocks.append(part["cache_control"])
     salt = body.get("cache_salt")
-    if salt is not None and not (isinstance(salt, str) and 0 < len(salt) <= MAX_SALT_LEN):
-        raise BadRequest(f"cache_salt must be a non-empty string of at most {MAX_SALT_LEN} characters")
+    salts = salt if isinstance(salt, list) else [salt]
+    if salt is not None and not all(isinstance(s, str) and 0 < len(s) <= MAX_SALT_LEN for s in salts):
+        raise BadRequest(f"cache_salt must be a non-empty string (or a list of them, for a batch) of at most "
+                         f"{MAX_SALT_LEN} characters")
     try:
         ttls = [parse_cache_control(block) for block in blocks]
     except ValueError as e:
@@ -88,7 +90,7 @@ def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float]) -> Tuple[int
     try:
         ttl = request_ttl(body, session_ttl_s)
     except BadRequest as e:
-        error = {"object": "error", "message": str(e), "type": "BadRequestError", "param": "cache_control", "code": 400}
+        error = {"object": "error", "message": str(e), "type": "BadRequestError", "code": 400}
         return 400, json.dumps(error).encode()
     if ttl is None and "cache_control" not in raw.decode(errors="ignore"):
         return 200, raw

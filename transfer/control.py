@@ -8,6 +8,7 @@ instead of allocating gigabytes. Errors are `TransferError`; a missed deadline i
 from __future__ import annotations
 
 import json
+import select
 import socket
 import struct
 from typing import Any, Dict, Tuple
@@ -74,7 +75,5 @@ def recv_message(sock: socket.socket, deadline: float) -> Tuple[Dict[str, Any], 
 
 def wait_readable(sock: socket.socket, timeout: float) -> bool:
     """Whether a message starts arriving within `timeout` seconds (lets servers check a stop flag)."""
-    import select
-
     r, _, _ = select.select([sock], [], [], timeout)
     return bool(r)

@@ -120,17 +120,20 @@ class NixlTransport(Transport):
         return self._call("get_agent_metadata", self._agent.get_agent_metadata)
 
     def connect(self, metadata: bytes, deadline: float) -> str:
+        # Load, then confirm; retry either step until the deadline (a load can fail transiently, and a
+        # loaded agent is not always visible at once).
         last: Exception | None = None
+        name: str | None = None
         start = time.monotonic()
         while True:
             try:
-                name = self._call("add_remote_agent", self._agent.add_remote_agent, metadata)
-                if isinstance(name, bytes):
-                    name = name.decode()
+                if name is None:
+                    loaded = self._call("add_remote_agent", self._agent.add_remote_agent, metadata)
+                    name = loaded.decode() if isinstance(loaded, bytes) else loaded
                 if self._call("check_remote_metadata", self._agent.check_remote_metadata, name):
                     self._peers.add(name)
                     return name
-                last = TransferError(f"metadata of {name} not loaded yet")
+                last = TransferError(f"metadata of {name} not visible yet")
             except TransferError as e:
                 last = e
             if time.monotonic() >= deadline:

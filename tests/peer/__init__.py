@@ -1,0 +1,1 @@
+"""Tests of the peer block server and the HiCache peer storage backend."""

@@ -1,0 +1,139 @@
+"""The tiered cache in SGLang's serving path (issue: admission, TTL, tenants, live), against stock SGLang."""
+
+import random
+import re
+
+import pytest
+
+from tests.support import start_server
+
+WORDS = "cache token prefix session tenant model server request reply host device peer memory block page tree".split()
+TTL = {"type": "ephemeral", "ttl": "5m"}
+SMALL_POOL = ["--max-total-tokens", "1200", "--enable-cache-report"]
+
+
+def words(seed: int, n: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+@pytest.fixture(scope="module")
+def tiered_small(server_logs):
+    server = start_server(SMALL_POOL + ["--enable-metrics"], server_logs, "tiered-small")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def stock_small(server_logs):
+    server = start_server(SMALL_POOL, server_logs, "stock-small", kind="stock")
+    yield server
+    server.stop()
+
+
+def chat(server, messages, cache_control=None, **extra):
+    body = {"model": "default", "messages": messages, "max_tokens": 4, "temperature": 0, **extra}
+    if cache_control is not None:
+        body["cache_control"] = cache_control
+    return server.post("/v1/chat/completions", body)
+
+
+def flood_scenario(server, seed: int):
+    """A session warms a 250-word system prompt over 3 turns with a 5m TTL, then 12 one-shot 280-word prompts
+    (about 3x the 1200-token device pool) flood the server; returns (warm prompt tokens, next turn's hit)."""
+    messages = [{"role": "system", "content": words(seed, 250)}]
+    for turn in range(3):
+        messages.append({"role": "user", "content": words(seed + 10 + turn, 20)})
+        reply = chat(server, messages, TTL)
+        messages.append({"role": "assistant", "content": reply["choices"][0]["message"]["content"]})
+    warm_prompt = reply["usage"]["prompt_tokens"]
+    for i in range(12):
+        chat(server, [{"role": "user", "content": words(seed + 100 + i, 280)}])
+    messages.append({"role": "user", "content": words(seed + 99, 20)})
+    return warm_prompt, chat(server, messages, TTL)["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_flood_retained_session_hits_on_tiered_and_misses_on_stock(tiered_small, stock_small):
+    """Guards session TTL retention end to end: stock SGLang (LRU) loses the session's prefix to the flood."""
+    warm, tiered_hit = flood_scenario(tiered_small, seed=1)
+    stock_warm, stock_hit = flood_scenario(stock_small, seed=1)
+    print(f"flood scenario: tiered cached {tiered_hit}/{warm}, stock cached {stock_hit}/{stock_warm}")
+    assert warm == stock_warm
+    assert tiered_hit >= warm
+    assert stock_hit < warm // 4
+
+
+def test_two_tenants_never_share_cached_tokens(tiered_small):
+    prompt = words(20, 200)
+    a1 = tiered_small.generate(prompt, cache_salt="tenant-a")
+    b1 = tiered_small.generate(prompt, cache_salt="tenant-b")
+    a2 = tiered_small.generate(prompt, cache_salt="tenant-a")
+    assert b1["meta_info"]["cached_tokens"] == 0
+    assert a2["meta_info"]["cached_tokens"] >= a1["meta_info"]["prompt_tokens"] - 1
+    assert a1["output_ids"] == b1["output_ids"] == a2["output_ids"]
+
+
+def test_tenants_never_share_in_the_host_tier(hicache_server):
+    prompt = words(21, 250)
+    hicache_server.generate(prompt, cache_salt="host-a", return_cached_tokens_details=True)
+    for seed in (22, 23):  # push the prompt out of the 600-token device pool into the host tier
+        hicache_server.generate(words(seed, 300), cache_salt="host-a")
+    b = hicache_server.generate(prompt, cache_salt="host-b", return_cached_tokens_details=True)
+    a = hicache_server.generate(prompt, cache_salt="host-a", return_cached_tokens_details=True)
+    assert b["meta_info"]["cached_tokens"] == 0
+    assert a["meta_info"]["cached_tokens_details"]["host"] > 0
+
+
+INVALID_CACHE_CONTROL = [
+    {"type": "ephemeral", "ttl": "-5m"},
+    {"type": "ephemeral", "ttl": "100h"},
+    {"type": "ephemeral", "ttl": 300},
+    {"type": "persistent", "ttl": "5m"},
+    {"ttl": "5m"},
+    {"type": "ephemeral", "ttl": "5m", "scope": "global"},
+    "ephemeral",
+]
+
+
+@pytest.mark.parametrize("cache_control", INVALID_CACHE_CONTROL, ids=lambda c: re.sub(r"\W+", "_", str(c)))
+@pytest.mark.parametrize("route", ["/generate", "/v1/chat/completions", "/v1/completions"])
+def test_invalid_cache_control_is_a_400_and_changes_nothing(tiered_small, route, cache_control):
+    before = tiered_small.get("/tiers/stats")
+    prompt = words(30, 50)
+    body = {"cache_control": cache_control, "model": "default", "max_tokens": 2}
+    if route == "/generate":
+        body = {"text": prompt, "cache_control": cache_control, "sampling_params": {"max_new_tokens": 2}}
+    elif route == "/v1/chat/completions":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    status, answer = tiered_small.post_status(route, body)
+    assert status == 400, answer
+    assert "cache_control" in answer["message"] or "ttl" in answer["message"]
+    assert tiered_small.get("/tiers/stats") == before
+
+
+def test_invalid_cache_salt_is_a_400(tiered_small):
+    before = tiered_small.get("/tiers/stats")
+    status, answer = tiered_small.post_status("/generate", {"text": "hello", "cache_salt": 42})
+    assert status == 400 and "cache_salt" in answer["message"]
+    assert tiered_small.get("/tiers/stats") == before
+
+
+def test_stats_and_metrics_move_as_the_scenario_says(tiered_small):
+    def metric(text, event):
+        m = re.search(r'sglang_ext_tier_events_total\{[^}]*event="%s"[^}]*\} ([0-9.e+]+)' % event, text)
+        return float(m.group(1)) if m else 0.0
+
+    before, metrics_before = tiered_small.get("/tiers/stats"), tiered_small.get("/metrics")
+    messages = [{"role": "user", "content": words(40, 120)}]
+    chat(tiered_small, messages, TTL)
+    chat(tiered_small, messages, TTL)  # the repeat hits and refreshes the TTL
+    after, metrics_after = tiered_small.get("/tiers/stats"), tiered_small.get("/metrics")
+    b, a = before["tiers"]["device"], after["tiers"]["device"]
+    assert a["inserts"] > b["inserts"]
+    assert a["hit_requests"] > b["hit_requests"] and a["hit_tokens"] >= b["hit_tokens"] + 100
+    assert a["retains"] > b["retains"] and a["ttl_refreshes"] > b["ttl_refreshes"]
+    assert sum(t["device_tokens"] for t in after["tenants"].values()) == a["used_tokens"]
+    for event in ("inserts", "hit_tokens", "retains", "ttl_refreshes"):
+        assert metric(metrics_after, event) > metric(metrics_before, event), event
