@@ -186,7 +186,7 @@ class TieredRadixCache(RadixCache):
                 on_path = set(path)
                 victims = policy.victims(need, lambda n: n.lock_ref > 0 or n in on_path)
                 freed = sum(len(v.key) for v in victims)
-                ok = freed >= need and policy.admit(Candidate(cand_key, remainder), victims)
+                ok = freed >= need and policy.admit(Candidate(cand_key, remainder, self._entry(anchor)), victims)
                 calls += 2
                 if not ok:
                     if counted:

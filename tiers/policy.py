@@ -40,6 +40,7 @@ class Candidate:
 
     key: Hashable  # scoped block key (see tiers.keys); what the frequency sketch counts
     size: int
+    parent: Optional[Hashable] = None  # entry it would hang under in a tree tier (None: root level / flat)
 
 
 class Policy(ABC):

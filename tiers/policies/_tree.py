@@ -14,7 +14,7 @@ from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional,
 
 
 class _Node:
-    __slots__ = ("entry", "key", "size", "parent", "children", "tick", "count", "region")
+    __slots__ = ("entry", "key", "size", "parent", "children", "tick", "count", "region", "depth")
 
     def __init__(self, entry, key, size, parent):
         self.entry = entry
@@ -25,6 +25,7 @@ class _Node:
         self.tick = 0  # logical time of last access: ranks recency without a wall clock
         self.count = 0  # per-entry use count (LFU/SLRU); frequency policies use the sketch instead
         self.region = 0
+        self.depth = 1  # nodes from the root down to this one, as of its insertion
 
 
 class TreeIndex:
@@ -33,11 +34,15 @@ class TreeIndex:
     def __init__(self):
         self.nodes: Dict[Hashable, _Node] = {}
         self.leaves: set = set()  # entries with no tracked children
-        self._clock = itertools.count(1)
+        self.now = 0  # logical time: one tick per insert/access
         self.total = 0
 
     def tick(self) -> int:
-        return next(self._clock)
+        self.now += 1
+        return self.now
+
+    def tick_now(self) -> int:
+        return self.now
 
     def add(self, entry, key, size, parent) -> _Node:
         if entry in self.nodes:
@@ -51,6 +56,8 @@ class TreeIndex:
             p.children += 1
             self.leaves.discard(parent)
         n = _Node(entry, key, size, parent)
+        if parent is not None:
+            n.depth = p.depth + 1
         n.tick = self.tick()
         self.nodes[entry] = n
         self.leaves.add(entry)

@@ -1,78 +1,45 @@
-"""W-TinyLFU for a radix tree (and for flat tiers).
+"""TinyLFU for a radix tree: admission and eviction by the learned reuse frequency of an entry's class.
 
 Design note
 -----------
-W-TinyLFU (Einziger, Friedman, Manes, ACM TOS 2017; Caffeine's BoundedLocalCache) splits capacity into a
-small LRU *window* that takes every new entry and a *main* region (segmented LRU: probation + protected)
-guarded by a TinyLFU admission filter: an entry leaving the window enters main only if its sketch
-frequency beats the probation victim it would displace. Here capacity and every region are measured in
-tokens (entry sizes), and three things change for a prefix tree:
+TinyLFU (Einziger, Friedman, Manes, ACM TOS 2017) admits a new entry only if its estimated frequency beats
+that of the victims it would displace. In a prefix cache almost every new suffix is seen for the first
+time, so a per-key count is 1 for all of them and cannot tell the suffix that will return (a conversation
+that goes on) from the one-shot one. This policy therefore estimates the reuse frequency of a *class* of
+entries and keeps TinyLFU's admission contest around it:
 
-1. Leaf-only victims. Evicting an inner node would strand its cached descendants (they become
-   unreachable for a prefix match). Victims are taken only from leaves; a parent becomes a candidate once
-   its last child is gone (see `_tree.select_leaves`).
-2. Admission with bypass. A new suffix that would not survive the window (it is bigger than the window)
-   contests at once against the main-region victims it would displace; if it loses, the tier does not
-   cache it at all (`admit` returns False) instead of letting a one-shot suffix flush useful prefixes.
-3. Adaptive window. Recency-heavy phases want a big window, frequency-heavy ones a small one; a hill
-   climber (Caffeine's) moves the window size by a decaying step after each sample period, keeping the
-   direction while the observed hit rate improves.
+- Class: what the tree knows when an entry arrives. A new leaf is classed by its depth (nodes above it: a
+  deeper leaf continues a longer conversation) and its size bucket; the back part of a split (what a
+  request did not reuse of a leaf) is TAIL; an entry used again becomes REUSED at its depth.
+- Frequency = reuse probability of the class, learned online: every entry has one open *event* (its class
+  since insertion or its last use); the event counts as reused when the entry is used again, also after it
+  was evicted or declined: such keys wait in a bounded FIFO of ghosts (sized in units, a multiple of the
+  capacity), and a request that records a ghost key counts a reuse for the ghost's class. Counts are halved
+  periodically (aging, like the sketch's reset).
+- Eviction: density = reuse probability / (age + horizon), age in policy ticks (one per recorded key, i.e.
+  per requested node) since the last use, lowest first. Within one class the least recently used entry has
+  the lowest density, so each class keeps an LRU list and a victim query merges the lists' cold ends (no
+  heap over all leaves). Leaf-only; parents become candidates once their last child is chosen
+  (`_tree.select_leaves`).
+- Admission (with bypass): a new suffix comes in only if its class's density at age 0 beats every
+  victim's; a declined suffix adds nothing to the tier and becomes a ghost, so its class still learns.
 
-What a frequency is: the tier records one key per node on a request's path (and the key of the new
-remainder). In a prefix tree a node's key identifies the path up to its first token, so a deeper node's
-count never exceeds its ancestors' (exactly, before sketch noise); a leaf's frequency therefore already
-weighs in the popularity of its whole path.
-
-State changes in `victims()`: it may move window overflow into probation (region bookkeeping only); it
-never forgets an entry, so a tier that evicts nothing after the query leaves the policy consistent.
+`victims()` changes no state. A flat tier (parent=None) gets depth 1 for every entry: classes by size and
+reuse.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import OrderedDict
 from typing import Callable, Hashable, Iterable, List, Optional
 
 from tiers.clock import Clock
-from tiers.policies._tree import TreeIndex, heap_order, select_leaves
+from tiers.policies._tree import TreeIndex, select_leaves
 from tiers.policy import Candidate, Policy, register_policy
-from tiers.sketch import FrequencySketch
 
-WINDOW, PROBATION, PROTECTED = 0, 1, 2
-
-
-class _HillClimber:
-    """Caffeine-style window sizing: step in the direction that last improved the hit rate."""
-
-    def __init__(self, capacity: int, sample_tokens: int, step_fraction: float, decay: float, restart: float):
-        self.capacity = capacity
-        self.sample_tokens = sample_tokens
-        self.initial_step = step_fraction * capacity
-        self.step = self.initial_step
-        self.decay = decay
-        self.restart = restart
-        self.hits = 0
-        self.total = 0
-        self.prev_rate: Optional[float] = None
-
-    def observe(self, hit: int, total: int) -> float:
-        """Returns the window size change to apply (tokens, may be negative or 0)."""
-        self.hits += hit
-        self.total += total
-        if self.total < self.sample_tokens:
-            return 0.0
-        rate = self.hits / self.total
-        self.hits = self.total = 0
-        if self.prev_rate is None:
-            self.prev_rate = rate
-            return self.step
-        change = rate - self.prev_rate
-        if change < 0:
-            self.step = -self.step
-        self.step *= self.decay
-        if abs(change) >= self.restart:
-            self.step = self.initial_step if self.step >= 0 else -self.initial_step
-        self.prev_rate = rate
-        return self.step
+_SIZE_EDGES = (1, 4, 16)  # size buckets: 1, 2-4, 5-16, >16 units
 
 
 @register_policy("tinylfu")
@@ -82,215 +49,171 @@ class TinyLFUPolicy(Policy):
         capacity: int,
         clock: Optional[Clock] = None,
         *,
-        window_fraction: float = 0.01,
-        protected_fraction: float = 0.8,
-        adaptive: bool = True,
-        sample_factor: float = 10.0,
-        step_fraction: float = 0.0625,
-        step_decay: float = 0.98,
-        restart_threshold: float = 0.05,
-        sketch_keys: Optional[int] = None,
-        doorkeeper: bool = False,
-        seed: Optional[int] = None,
-        main: str = "lfu",
+        max_depth: int = 4,
+        horizon: float = 0.0,
+        ghost_factor: float = 4.0,
+        decay_period: int = 0,
+        admit_margin: float = 1.0,
+        prior_hits: float = 1.0,
+        prior_events: float = 2.0,
     ):
         super().__init__(capacity, clock)
-        if not 0.0 <= window_fraction <= 1.0:
-            raise ValueError(f"window_fraction must be in [0, 1], got {window_fraction}")
-        if not 0.0 <= protected_fraction <= 1.0:
-            raise ValueError(f"protected_fraction must be in [0, 1], got {protected_fraction}")
-        if sample_factor <= 0:
-            raise ValueError(f"sample_factor must be positive, got {sample_factor}")
-        if main not in ("slru", "lfu"):
-            raise ValueError(f"main must be 'slru' or 'lfu', got {main!r}")
-        self.main = main
+        if max_depth < 1:
+            raise ValueError(f"max_depth must be >= 1, got {max_depth}")
+        if ghost_factor < 0:
+            raise ValueError(f"ghost_factor must be >= 0, got {ghost_factor}")
+        if horizon < 0:
+            raise ValueError(f"horizon must be >= 0, got {horizon}")
         self.index = TreeIndex()
-        self.sketch = FrequencySketch(
-            sketch_keys or max(64, min(capacity, 1 << 17)), doorkeeper=doorkeeper, seed=seed
-        )
-        self.window_max = window_fraction * capacity
-        self.protected_fraction = protected_fraction
-        self._regions = (OrderedDict(), OrderedDict(), OrderedDict())
-        self._sizes = [0, 0, 0]
-        self._candidates: "OrderedDict[Hashable, None]" = OrderedDict()  # probation entries that came from the window
-        self._climber = (
-            _HillClimber(capacity, int(sample_factor * capacity), step_fraction, step_decay, restart_threshold)
-            if adaptive
-            else None
-        )
+        self.max_depth = max_depth
+        nb = len(_SIZE_EDGES) + 1
+        self._tail = max_depth * nb
+        self._reused0 = self._tail + 1
+        n_classes = self._reused0 + max_depth
+        self._lists = [OrderedDict() for _ in range(n_classes)]
+        self.hits = [0.0] * n_classes
+        self.events = [0.0] * n_classes
+        self.prior_hits = prior_hits
+        self.prior_events = prior_events
+        self.horizon = horizon
+        self.ghost_factor = ghost_factor
+        self.decay_period = decay_period or 10 * capacity
+        self.admit_margin = admit_margin
+        self._ghosts: "OrderedDict[Hashable, tuple]" = OrderedDict()  # key -> (class, size)
+        self._ghost_size = 0
+        self._returned: "OrderedDict[Hashable, None]" = OrderedDict()
+        self._since_decay = 0
+        self.now = 0  # the policy's clock: one tick per recorded key
+
+    # --- classes and their learned reuse probability ---
+    def _new_class(self, depth: int, size: int) -> int:
+        s = 0
+        for edge in _SIZE_EDGES:
+            if size <= edge:
+                break
+            s += 1
+        return (min(depth, self.max_depth) - 1) * (len(_SIZE_EDGES) + 1) + s
+
+    def _reused_class(self, depth: int) -> int:
+        return self._reused0 + min(depth, self.max_depth) - 1
+
+    def probability(self, cls: int) -> float:
+        return (self.hits[cls] + self.prior_hits) / (self.events[cls] + self.prior_events)
+
+    def _open(self, cls: int) -> None:
+        self.events[cls] += 1
+        self._since_decay += 1
+        if self._since_decay >= self.decay_period:
+            self._since_decay = 0
+            self.hits = [h * 0.5 for h in self.hits]
+            self.events = [e * 0.5 for e in self.events]
+
+    def _ghost(self, key, cls: int, size: int) -> None:
+        g = self._ghosts
+        old = g.pop(key, None)
+        if old is not None:
+            self._ghost_size -= old[1]
+        g[key] = (cls, size)
+        self._ghost_size += size
+        limit = self.ghost_factor * self.capacity
+        while self._ghost_size > limit and g:
+            self._ghost_size -= g.popitem(last=False)[1][1]
+
+    def _horizon(self) -> float:
+        return self.horizon or max(1.0, float(len(self.index.nodes)))
 
     # --- notifications ---
     def on_insert(self, entry, key, size, parent=None) -> None:
         n = self.index.add(entry, key, size, parent)
-        n.region = WINDOW
-        n.count = self.sketch.estimate(key)  # cached estimate: ranks victims without re-hashing every leaf
-        self._regions[WINDOW][entry] = None
-        self._sizes[WINDOW] += size
+        n.tick = self.now
+        if key in self._returned:  # a ghost that came back: it was used again, not a first-seen suffix
+            del self._returned[key]
+            cls = self._reused_class(n.depth)
+        else:
+            cls = self._new_class(n.depth, size)
+        n.region = cls
+        self._open(cls)
+        self._lists[cls][entry] = None
 
     def on_access(self, entry) -> None:
         n = self.index.nodes.get(entry)
         if n is None:
             return
-        n.tick = self.index.tick()
-        n.count = self.sketch.estimate(n.key)
-        if n.region == PROBATION:
-            self._move(n, PROTECTED)
-            self._candidates.pop(entry, None)
-            self._demote_protected_overflow()
-        else:
-            self._regions[n.region].move_to_end(entry)
+        n.tick = self.now
+        self.hits[n.region] += 1
+        cls = self._reused_class(n.depth)
+        self._open(cls)
+        del self._lists[n.region][entry]
+        n.region = cls
+        self._lists[cls][entry] = None
 
     def on_remove(self, entry) -> None:
         n = self.index.remove(entry)
-        del self._regions[n.region][entry]
-        self._sizes[n.region] -= n.size
-        self._candidates.pop(entry, None)
+        del self._lists[n.region][entry]
+        self._ghost(n.key, n.region, n.size)
 
     def on_resize(self, entry, new_size, new_parent, new_key=None) -> None:
-        n = self.index.nodes[entry]
-        old_size = n.size
-        _, old_parent = self.index.resize(entry, new_size, new_parent)
-        self._sizes[n.region] += new_size - old_size
+        n, old_parent = self.index.resize(entry, new_size, new_parent)
         if new_key is not None:
             n.key = new_key
-            n.count = self.sketch.estimate(new_key)
-        if new_parent is not None and new_parent != old_parent:
-            # the split's new node is the front part of `entry`: it belongs where `entry` was
-            p = self.index.nodes[new_parent]
-            if p.region != n.region:
-                self._move(p, n.region)
+        if new_parent is None or new_parent == old_parent:
+            return
+        # a split: the new front node carries on the entry's event (it is what the request reuses); the
+        # back part, which the request did not reach, starts a TAIL event
+        front = self.index.nodes[new_parent]
+        self.events[front.region] -= 1
+        del self._lists[front.region][new_parent]
+        front.region, front.tick, front.depth = n.region, n.tick, n.depth
+        self._lists[n.region][new_parent] = None
+        del self._lists[n.region][entry]
+        n.region = self._tail
+        n.depth += 1
+        self._open(self._tail)
+        self._lists[self._tail][entry] = None
 
     def record(self, key) -> None:
-        self.sketch.increment(key)
-
-    def observe(self, hit: int, total: int) -> None:
-        if self._climber is None or total <= 0:
-            return
-        delta = self._climber.observe(hit, total)
-        if delta:
-            self.window_max = min(float(self.capacity), max(0.0, self.window_max + delta))
+        self.now += 1
+        g = self._ghosts.pop(key, None)
+        if g is not None:
+            self.hits[g[0]] += 1
+            self._ghost_size -= g[1]
+            r = self._returned
+            r[key] = None
+            if len(r) > 64:
+                r.popitem(last=False)
 
     # --- decisions ---
-    def frequency(self, entry) -> int:
-        return self.sketch.estimate(self.index.nodes[entry].key)
-
     def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
-        """A candidate that fits in the window is always taken (recency gets its chance); a bigger one
-        must beat every main-region entry it would displace."""
-        if candidate.size <= self.window_max:
-            return True
         nodes = self.index.nodes
-        if self.main == "lfu":
-            f = self.sketch.estimate(candidate.key)
-            top = max((self.sketch.estimate(nodes[v].key) for v in victims), default=0)
-            return f >= top or self.sketch.admit_with_jitter(f, top)
-        f = self.sketch.estimate(candidate.key)
-        for v in victims:
-            n = nodes[v]
-            if n.region != WINDOW and not self.sketch.admit_with_jitter(f, self.sketch.estimate(n.key)):
-                return False
-        return True
+        parent = nodes.get(candidate.parent) if candidate.parent is not None else None
+        cls = self._new_class(parent.depth + 1 if parent is not None else 1, candidate.size)
+        now = self.now
+        h = self._horizon()
+        prob = self.probability
+        top = max((prob(nodes[v].region) / (now - nodes[v].tick + h) for v in victims), default=0.0)
+        if prob(cls) / h * self.admit_margin >= top:
+            return True
+        self._open(cls)
+        self._ghost(candidate.key, cls, candidate.size)
+        return False
 
     def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False) -> List[Hashable]:
-        if self.main == "lfu":
-            return self._victims_lfu(size, protected)
-        self._spill_window()
         nodes = self.index.nodes
-        sketch = self.sketch
-        out: List[Hashable] = []
-        taken: set = set()
-        freed = 0
-        # 1. contest: window arrivals (candidates) against probation's cold end, loser goes
-        while freed < size and self._candidates:
-            cand = self._first_leaf(self._candidates, protected, taken, skip=None)
-            vict = self._first_leaf(self._regions[PROBATION], protected, taken, skip=self._candidates)
-            if cand is None or vict is None:
-                break
-            if sketch.admit_with_jitter(sketch.estimate(nodes[cand].key), sketch.estimate(nodes[vict].key)):
-                loser = vict
-                self._candidates.pop(cand)  # it won its place in main
-            else:
-                loser = cand
-            out.append(loser)
-            taken.add(loser)
-            freed += nodes[loser].size
-        if freed >= size:
-            return out
-        # 2. then plain cold-end order: probation, protected, window (each leaf-only, parents as they free up)
-        return out + self._select_rest(size - freed, protected, taken)
-
-    def _victims_lfu(self, size, protected):
-        win = self._regions[WINDOW]
-        wmax = self.window_max
-        # window entries within the window budget (most recent first) are spared until last
-        spared = set()
-        acc = 0
-        for e in reversed(win):
-            n = self.index.nodes[e]
-            if acc + n.size > wmax:
-                break
-            acc += n.size
-            spared.add(e)
+        now = self.now
+        h = self._horizon()
+        seq = itertools.count()
 
         def rank(n):
-            return (n.entry in spared, n.count, n.tick)
+            return self.probability(n.region) / (now - n.tick + h)
 
-        return select_leaves(self.index, size, protected, heap_order(self.index, rank), rank, yields_inner=False)
+        def stream(lst, p):
+            for e in lst:
+                n = nodes[e]
+                yield (p / (now - n.tick + h), next(seq), n)
 
-    # --- internals ---
-    def _select_rest(self, size, protected, taken) -> List[Hashable]:
-        nodes = self.index.nodes
-        pos = {}
-
-        def order():
-            i = 0
-            for region in (PROBATION, PROTECTED, WINDOW):
-                for e in self._regions[region]:
-                    pos[e] = i
-                    yield (i, nodes[e])
-                    i += 1
-
-        def rank(n):
-            # a parent freed up during selection competes at its own position (it was passed already)
-            return pos.get(n.entry, -1)
-
-        return select_leaves(self.index, size, protected, order(), rank, exclude=taken, yields_inner=True)
-
-    def _first_leaf(self, region, protected, taken, skip):
-        nodes = self.index.nodes
-        for e in region:
-            if e in taken or (skip is not None and e in skip):
-                continue
-            # a parent whose children were taken earlier in this query waits for the plain pass
-            if nodes[e].children == 0 and not protected(e):
-                return e
-        return None
-
-    def _spill_window(self) -> None:
-        win = self._regions[WINDOW]
-        nodes = self.index.nodes
-        while self._sizes[WINDOW] > self.window_max and win:
-            e = next(iter(win))
-            self._move(nodes[e], PROBATION)
-            self._candidates[e] = None
-
-    def _demote_protected_overflow(self) -> None:
-        limit = self.protected_fraction * (self.capacity - self.window_max)
-        prot = self._regions[PROTECTED]
-        nodes = self.index.nodes
-        while self._sizes[PROTECTED] > limit and prot:
-            e = next(iter(prot))
-            self._move(nodes[e], PROBATION)
-
-    def _move(self, n, region) -> None:
-        del self._regions[n.region][n.entry]
-        self._sizes[n.region] -= n.size
-        n.region = region
-        self._regions[region][n.entry] = None
-        self._sizes[region] += n.size
+        streams = [stream(lst, self.probability(c)) for c, lst in enumerate(self._lists) if lst]
+        order = ((r, n) for r, _, n in heapq.merge(*streams))
+        return select_leaves(self.index, size, protected, order, rank, yields_inner=True)
 
     def __len__(self) -> int:
         return len(self.index.nodes)
-
-    def region_sizes(self):
-        return tuple(self._sizes)

@@ -1,0 +1,236 @@
+"""Device-tier engines for the replay: each one answers "how many leading blocks of this request were cached"
+and then caches the request, reporting which blocks it evicted.
+
+Design note
+- `stock:<policy>` drives SGLang 0.5.20's own `RadixCache` (eviction strategy chosen through
+  `CacheInitParams.eviction_policy`) the way the scheduler does for one request: match_prefix, lock the matched
+  node, evict the overflow, insert the whole prompt, unlock. The insert is done even on a full hit, because the
+  tree's `hit_count` (what lfu/slru rank by) is only bumped by insert traversals; skipping it changes LFU results.
+- `tiered:<policy>` drives `sglang_ext.tiered_cache.TieredRadixCache`, which applies admission and eviction
+  inside `insert` and keeps itself within capacity.
+- One radix token stands for one block, so capacity here is counted in blocks.
+- RadixCache stamps nodes with `time.monotonic()`. Real time makes equal stamps (and so heap order, which then
+  falls back to set iteration order, i.e. memory addresses) vary between runs; `logical_radix_time()` swaps the
+  module's `time` for a counter while a replay runs, so every run of a trace gives identical numbers. Order is
+  what the strategies compare, and a counter preserves the order of real calls.
+- Evicted blocks are observed through the allocator: the replay inserts each block's radix token id as its KV
+  "index", so the values a cache frees are exactly the ids of the blocks it dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from array import array
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence
+
+from benchmarks.trace import Request
+
+STOCK_POLICIES = ("lru", "lfu", "slru", "priority")
+TIERED_PREFIX = "tiered-"
+
+
+@dataclass(frozen=True)
+class Access:
+    """What the device tier did for one request."""
+
+    hit_blocks: int
+    evicted: Sequence[int]  # block ids dropped from the device while serving this request
+    rejected_blocks: int = 0  # blocks of this request the tier declined to cache
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    evictions: int  # eviction events (tree nodes, or blocks for block-level engines)
+    evicted_blocks: int
+    admissions_rejected: int
+    policy_ns: int  # time spent deciding what to evict/admit
+
+
+class _LogicalTime:
+    """Stand-in for the `time` module inside radix_cache: monotonic() is a strictly increasing counter."""
+
+    def __init__(self) -> None:
+        self._t = 0.0
+
+    def monotonic(self) -> float:
+        self._t += 1.0
+        return self._t
+
+    perf_counter = staticmethod(time.perf_counter)
+    perf_counter_ns = staticmethod(time.perf_counter_ns)
+    time = staticmethod(time.time)
+
+
+@contextlib.contextmanager
+def logical_radix_time() -> Iterator[None]:
+    from sglang.srt.mem_cache import radix_cache
+
+    saved = radix_cache.time
+    radix_cache.time = _LogicalTime()
+    try:
+        yield
+    finally:
+        radix_cache.time = saved
+
+
+class _RecordingAllocator:
+    """The smallest allocator RadixCache needs: it only frees, and we record what it frees."""
+
+    device = "cpu"
+
+    def __init__(self) -> None:
+        self.freed: List[int] = []
+        self.free_calls = 0
+
+    def free(self, indices) -> None:
+        self.free_calls += 1
+        self.freed.extend(int(x) for x in indices.tolist())
+
+    def free_segment(self, indices, start_pos: int = 0) -> None:
+        self.free(indices[start_pos:])
+
+    def take(self) -> List[int]:
+        out, self.freed = self.freed, []
+        return out
+
+
+def _radix_api():
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    return EvictParams, InsertParams, MatchPrefixParams, RadixKey
+
+
+class StockRadixEngine:
+    def __init__(self, policy: str, capacity_blocks: int, policy_config: Optional[dict] = None):
+        import torch
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.radix_cache import RadixCache
+
+        if policy not in STOCK_POLICIES:
+            raise ValueError(f"unknown stock policy {policy!r}; choose one of {', '.join(STOCK_POLICIES)}")
+        self._torch = torch
+        self._api = _radix_api()
+        self.capacity = capacity_blocks
+        self.allocator = _RecordingAllocator()
+        self.cache = RadixCache(
+            CacheInitParams(
+                disable=False,
+                req_to_token_pool=None,
+                token_to_kv_pool_allocator=self.allocator,
+                page_size=1,
+                eviction_policy=policy,
+                eviction_policy_config=policy_config,
+            )
+        )
+        self._evicted_blocks = 0
+        self._policy_ns = 0
+        self._rejected = 0
+
+    def size(self) -> int:
+        return self.cache.evictable_size() + self.cache.protected_size()
+
+    def access(self, req: Request) -> Access:
+        EvictParams, InsertParams, MatchPrefixParams, RadixKey = self._api
+        ids = array("q", req.blocks[: self.capacity])  # a prompt longer than the cache keeps its head
+        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", req.blocks))))
+        hit = len(match.device_indices)
+        node = match.last_device_node
+        self.cache.inc_lock_ref(node)
+        try:
+            overflow = self.size() + max(0, len(ids) - hit) - self.capacity
+            if overflow > 0:
+                t0 = time.perf_counter_ns()
+                self.cache.evict(EvictParams(num_tokens=overflow))
+                self._policy_ns += time.perf_counter_ns() - t0
+            value = self._torch.tensor(ids, dtype=self._torch.int64)
+            self.cache.insert(InsertParams(key=RadixKey(ids), value=value, priority=req.priority))
+        finally:
+            self.cache.dec_lock_ref(node)
+        evicted = self.allocator.take()
+        self._evicted_blocks += len(evicted)
+        self._rejected += len(req.blocks) - len(ids)
+        return Access(hit_blocks=hit, evicted=evicted, rejected_blocks=len(req.blocks) - len(ids))
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            evictions=self.allocator.free_calls,
+            evicted_blocks=self._evicted_blocks,
+            admissions_rejected=self._rejected,
+            policy_ns=self._policy_ns,
+        )
+
+
+class TieredEngine:
+    """The project's TieredRadixCache (admission + eviction + session TTLs inside insert)."""
+
+    def __init__(self, policy: str, capacity_blocks: int, clock, policy_config: Optional[dict] = None):
+        import torch
+        from sglang_ext.tiered_cache import TieredRadixCache
+
+        self._torch = torch
+        self._api = _radix_api()
+        self.capacity = capacity_blocks
+        self.allocator = _RecordingAllocator()  # evictions are observed as for the stock tree
+        self.cache = TieredRadixCache.create_simulated(
+            policy=policy,
+            capacity_tokens=capacity_blocks,
+            clock=clock,
+            policy_config=policy_config,
+            mock_allocator=self.allocator,
+        )
+
+    def access(self, req: Request) -> Access:
+        _, InsertParams, MatchPrefixParams, RadixKey = self._api
+        ids = array("q", req.blocks)
+        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(ids)))
+        hit = len(match.device_indices)
+        value = self._torch.tensor(ids, dtype=self._torch.int64)
+        self.cache.insert(InsertParams(key=RadixKey(ids), value=value, priority=req.priority), ttl_s=req.ttl_s)
+        return Access(hit_blocks=hit, evicted=self.allocator.take())
+
+    def stats(self) -> EngineStats:
+        s = self.cache.tier_stats()
+        return EngineStats(
+            evictions=int(s.evictions),
+            evicted_blocks=int(s.evicted_tokens),
+            admissions_rejected=int(s.admissions_rejected),
+            policy_ns=int(s.policy_ns),
+        )
+
+
+def tiered_policy_names() -> List[str]:
+    """Names the project's policy registry knows (empty if tiers.policies is not importable yet)."""
+    try:
+        from tiers.policy import policy_names
+
+        return policy_names()
+    except ImportError:
+        return []
+
+
+def known_policies() -> List[str]:
+    tiered = tiered_policy_names()
+    return list(STOCK_POLICIES) + ["opt", "infinite"] + [TIERED_PREFIX + n for n in tiered] + [
+        n for n in tiered if n not in STOCK_POLICIES
+    ]
+
+
+def make_engine(name: str, capacity_blocks: int, requests: Sequence[Request], clock, policy_config=None):
+    """An engine by benchmark policy name (see `known_policies()`)."""
+    from benchmarks.belady import BeladyEngine, InfiniteEngine
+
+    if capacity_blocks <= 0:
+        raise ValueError(f"capacity must hold at least one block, got {capacity_blocks} blocks")
+    if name in STOCK_POLICIES:
+        return StockRadixEngine(name, capacity_blocks, policy_config)
+    if name == "opt":
+        return BeladyEngine(capacity_blocks, requests)
+    if name == "infinite":
+        return InfiniteEngine()
+    tiered = name[len(TIERED_PREFIX):] if name.startswith(TIERED_PREFIX) else name
+    if tiered in tiered_policy_names() or tiered == "tinylfu":
+        return TieredEngine(tiered, capacity_blocks, clock, policy_config)
+    raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(known_policies())}")

@@ -1,0 +1,148 @@
+"""Replay one trace through one device policy (plus optional host/peer tiers) and measure it.
+
+Per request, in trace order: the injected ManualClock is set to the row's timestamp (so session TTLs follow
+trace time), the device engine serves the request (match, evict, insert), the lower tiers continue the prefix
+the device missed, and the blocks the device evicted are demoted. Hit rates are token-weighted: a hit block
+counts its real token count (the last block of a prompt may be partial).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Dict, Optional
+
+from benchmarks.cost import DEFAULT_KV_BYTES_PER_TOKEN, Profile
+from benchmarks.engines import STOCK_POLICIES, logical_radix_time, make_engine
+from benchmarks.lower_tiers import LowerTiers, TierSpec
+from benchmarks.trace import Trace
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    policy: str
+    capacity_tokens: int
+    host_tokens: int = 0
+    peer_tokens: int = 0
+    lower_policy: str = "lru"
+    session_ttl_s: Optional[float] = None  # TTL for rows that have a session but no ttl_s of their own
+    profile: Optional[Profile] = None
+    policy_config: Optional[dict] = None
+    progress: bool = False
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    trace: str
+    policy: str
+    capacity_tokens: int
+    block_tokens: int
+    requests: int
+    input_tokens: int
+    token_hit_rate: float
+    block_hits: int
+    hit_rate_by_tier: Dict[str, float]
+    hit_tokens_by_tier: Dict[str, int]
+    prefill_tokens_saved: int
+    bytes_moved_by_tier: Dict[str, Dict[str, int]]
+    evictions: int
+    evicted_blocks: int
+    admissions_rejected: int
+    policy_ns_per_request: float
+    replay_seconds: float
+    kv_bytes_per_token: int
+    profile: Optional[str] = None
+    prefill_seconds_saved: Optional[float] = None
+    prefill_seconds_saved_by_tier: Optional[Dict[str, float]] = None
+    config: Dict[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
+    from tiers.clock import ManualClock
+
+    bt = trace.block_tokens
+    if cfg.capacity_tokens < bt:
+        raise ValueError(f"capacity_tokens {cfg.capacity_tokens} is below one block ({bt} tokens)")
+    reqs = trace.requests
+    clock = ManualClock(reqs[0].time_s if reqs else 0.0)
+    specs = [TierSpec(n, t // bt) for n, t in (("host", cfg.host_tokens), ("peer", cfg.peer_tokens)) if t > 0]
+    lower = LowerTiers(specs, policy=cfg.lower_policy, clock=clock, block_tokens=bt)
+    kv_bytes = cfg.profile.kv_bytes_per_token if cfg.profile else DEFAULT_KV_BYTES_PER_TOKEN
+
+    device_hit_tokens = block_hits = 0
+    uses_radix = cfg.policy not in ("opt", "infinite")
+    with (logical_radix_time() if uses_radix else contextlib.nullcontext()):
+        engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config)
+        t_start = time.perf_counter()  # after the engine is built: SGLang's import is not replay time
+        for req in _progress(reqs, cfg):
+            clock.set(max(clock.now(), req.time_s))
+            if req.ttl_s is None and req.session is not None and cfg.session_ttl_s is not None:
+                req = _with_ttl(req, cfg.session_ttl_s)
+            access = engine.access(req)
+            block_hits += access.hit_blocks
+            device_hit_tokens += req.hit_tokens(access.hit_blocks, bt)
+            if specs:
+                sizes = [req.block_size(i, bt) for i in range(len(req.blocks))]
+                found = lower.lookup(req.blocks, access.hit_blocks, sizes)
+                block_hits += sum(found.values())
+                lower.demote(access.evicted)
+    elapsed = time.perf_counter() - t_start
+    stats = engine.stats()
+
+    total = trace.total_input_tokens
+    hit_tokens = {"device": device_hit_tokens}
+    hit_tokens.update({n: c.hit_tokens for n, c in lower.counters.items()})
+    saved = sum(hit_tokens.values())
+    bytes_moved = {
+        n: {"load": c.loaded_tokens * kv_bytes, "store": c.stored_tokens * kv_bytes}
+        for n, c in lower.counters.items()
+    }
+    by_tier_s = cfg.profile.seconds_saved(hit_tokens) if cfg.profile else None
+    return ReplayResult(
+        trace=trace.path,
+        policy=cfg.policy,
+        capacity_tokens=cfg.capacity_tokens,
+        block_tokens=bt,
+        requests=len(reqs),
+        input_tokens=total,
+        token_hit_rate=saved / total if total else 0.0,
+        block_hits=block_hits,
+        hit_rate_by_tier={n: (v / total if total else 0.0) for n, v in hit_tokens.items()},
+        hit_tokens_by_tier=hit_tokens,
+        prefill_tokens_saved=saved,
+        bytes_moved_by_tier=bytes_moved,
+        evictions=stats.evictions,
+        evicted_blocks=stats.evicted_blocks,
+        admissions_rejected=stats.admissions_rejected + sum(c.rejected_blocks for c in lower.counters.values()),
+        policy_ns_per_request=stats.policy_ns / len(reqs) if reqs else 0.0,
+        replay_seconds=elapsed,
+        kv_bytes_per_token=kv_bytes,
+        profile=cfg.profile.name if cfg.profile else None,
+        prefill_seconds_saved=sum(by_tier_s.values()) if by_tier_s else None,
+        prefill_seconds_saved_by_tier=by_tier_s,
+        config={
+            "host_tokens": cfg.host_tokens,
+            "peer_tokens": cfg.peer_tokens,
+            "lower_policy": cfg.lower_policy,
+            "session_ttl_s": cfg.session_ttl_s,
+            "stock": cfg.policy in STOCK_POLICIES,
+        },
+    )
+
+
+def _with_ttl(req, ttl_s):
+    from dataclasses import replace
+
+    return replace(req, ttl_s=ttl_s)
+
+
+def _progress(reqs, cfg: ReplayConfig):
+    if not cfg.progress:
+        return reqs
+    from tqdm import tqdm
+
+    return tqdm(reqs, desc=f"{cfg.policy}@{cfg.capacity_tokens:g}", unit="req", leave=False)
