@@ -1,4 +1,4 @@
-"""`python -m benchmarks {replay,generate,sweep,cost} ...` (see --help of each)."""
+"""`python -m benchmarks {replay,generate,sweep,cost,live} ...` (see --help of each)."""
 
 from __future__ import annotations
 
@@ -53,8 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(_parser=c)
 
     from benchmarks.generate import add_generate_parser
+    from benchmarks.live import add_arguments as add_live_arguments
 
     add_generate_parser(sub)
+    live = sub.add_parser("live", help="stock vs tiered server on the same seeded multi-turn workload")
+    add_live_arguments(live)
+    live.set_defaults(_parser=live)
     return parser
 
 
@@ -74,6 +78,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             from benchmarks.generate import run_generate_cli
 
             return run_generate_cli(args)
+        if args.command == "live":
+            from benchmarks.live import main as live_main
+
+            return live_main(args)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -169,6 +169,26 @@ def attach_stats_to_internal_state(result: Any, scheduler, *args, **kwargs) -> A
     """AFTER hook on Scheduler.get_internal_state: add the tree cache's tier counters under "tiers"."""
     state = getattr(result, "internal_state", None)  # a GetInternalStateReqOutput
     if isinstance(state, dict):
-        stats = getattr(scheduler.tree_cache, "tier_stats_dict", None)
-        state["tiers"] = stats() if callable(stats) else {"cache": type(scheduler.tree_cache).__name__}
+        cache = scheduler.tree_cache
+        stats = getattr(cache, "tier_stats_dict", None)
+        state["tiers"] = {"cache": type(cache).__name__, **(stats() if callable(stats) else {}),
+                          "locks": tree_lock_summary(cache)}
     return result
+
+
+def tree_lock_summary(cache) -> dict:
+    """Nodes still locked by requests (lock_ref > 0, root excluded) and the tokens they pin: both must be 0
+    whenever no request is running, or a lock leaked. A scan: only for this on-demand endpoint."""
+    root = getattr(cache, "root_node", None)
+    if root is None:
+        return {}
+    nodes = tokens = 0
+    stack = list(root.children.values())
+    while stack:
+        node = stack.pop()
+        if node.lock_ref > 0:
+            nodes += 1
+            tokens += len(node.key)
+        stack.extend(node.children.values())
+    return {"locked_nodes": nodes, "locked_tokens": tokens,
+            "protected_size": int(getattr(cache, "protected_size_", 0) or 0)}

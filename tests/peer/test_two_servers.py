@@ -1,0 +1,100 @@
+"""Two SGLang servers sharing one peer block server (the peer tier as HiCache L3, over NIXL on 127.0.0.1).
+
+A prefix computed on server A is found by server B through the peer; a dead peer costs a recompute (same
+answer, within the request deadline) and the tier hits again once the peer is back on its port.
+"""
+
+import random
+import socket
+import time
+
+import pytest
+
+from tests.support import start_server
+from transfer.control import recv_message, send_message
+
+pytestmark = pytest.mark.server
+WORDS = "cache token prefix session tenant model server request reply host device peer memory block page tree".split()
+BACKUP_DEADLINE_S = 60.0
+
+
+def words(seed: int, n: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def peer_stats(peer) -> dict:
+    deadline = time.monotonic() + 5
+    with socket.create_connection(("127.0.0.1", peer.port), timeout=5) as sock:
+        send_message(sock, {"op": "stats"}, deadline)
+        return recv_message(sock, deadline)[0]["stats"]
+
+
+def wait_for_pages(peer, at_least: int, deadline_s: float = BACKUP_DEADLINE_S) -> None:
+    """A's write-back to the peer is asynchronous: poll the peer's own count, bounded by a deadline."""
+    deadline = time.monotonic() + deadline_s
+    while peer_stats(peer)["used_pages"] < at_least:
+        assert time.monotonic() < deadline, f"peer holds {peer_stats(peer)['used_pages']} < {at_least} pages"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def peer_and_servers(tmp_path_factory):
+    from tests.peer.conftest import PeerProc
+
+    logs = tmp_path_factory.mktemp("two-servers")
+    peer = PeerProc(["--capacity-gb", "0.25"], logs / "peer.log").start()
+    servers = []
+    try:
+        for name in ("a", "b"):
+            servers.append(start_server(["--tier-peers", peer.address, "--max-total-tokens", "2000",
+                                         "--enable-cache-report"], logs, f"server-{name}",
+                                        env={"UCX_NET_DEVICES": "lo"}))
+        yield peer, servers[0], servers[1]
+    finally:
+        for s in servers:
+            s.stop()
+        peer.cleanup()
+
+
+def details(answer) -> dict:
+    return answer["meta_info"]["cached_tokens_details"] or {}
+
+
+def test_prefix_computed_on_a_is_found_by_b_through_the_peer(peer_and_servers):
+    peer, a, b = peer_and_servers
+    prompt = words(1, 600)
+    on_a = a.generate(prompt, return_cached_tokens_details=True)
+    wait_for_pages(peer, on_a["meta_info"]["prompt_tokens"] - 1)
+    on_b = b.generate(prompt, return_cached_tokens_details=True)
+    assert details(on_b).get("storage", 0) >= on_a["meta_info"]["prompt_tokens"] - 2, details(on_b)
+    assert on_b["output_ids"] == on_a["output_ids"]
+
+
+def test_dead_peer_is_a_recompute_and_a_restarted_peer_hits_again(peer_and_servers):
+    peer, a, b = peer_and_servers
+    prompt = words(2, 500)
+    reference = a.generate(prompt, return_cached_tokens_details=True)
+    peer.kill()
+    start = time.monotonic()
+    miss = b.generate(prompt, return_cached_tokens_details=True)
+    assert time.monotonic() - start < 60
+    assert details(miss).get("storage", 0) == 0
+    assert miss["output_ids"] == reference["output_ids"]
+
+    peer.start()  # same port, empty pool
+    # A skips a failed peer for a short back-off, so its first write after the restart may be a miss too:
+    # send a few fresh prompts (bounded) until one reaches the peer.
+    for attempt in range(5):
+        fresh = words(3 + attempt, 500)
+        on_a = a.generate(fresh, return_cached_tokens_details=True)
+        try:
+            wait_for_pages(peer, on_a["meta_info"]["prompt_tokens"] - 1, deadline_s=15)
+            break
+        except AssertionError:
+            continue
+    else:
+        pytest.fail("server A never wrote to the restarted peer")
+    on_b = b.generate(fresh, return_cached_tokens_details=True)
+    assert details(on_b).get("storage", 0) > 0, details(on_b)
+    assert on_b["output_ids"] == on_a["output_ids"]
