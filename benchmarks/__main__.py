@@ -1,4 +1,4 @@
-"""`python -m benchmarks {replay,generate,sweep,cost,live} ...` (see --help of each)."""
+"""`python -m benchmarks {replay,generate,sweep,cost,live,soak} ...` (see --help of each)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     live = sub.add_parser("live", help="stock vs tiered server on the same seeded multi-turn workload")
     add_live_arguments(live)
     live.set_defaults(_parser=live)
+    from benchmarks.soak import add_arguments as add_soak_arguments
+
+    soak = sub.add_parser("soak", help="concurrent sessions, tenants and peer faults against a tiered server; "
+                                       "checks failures, leaked locks, memory and outputs")
+    add_soak_arguments(soak)
+    soak.set_defaults(_parser=soak)
     return parser
 
 
@@ -82,6 +88,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             from benchmarks.live import main as live_main
 
             return live_main(args)
+        if args.command == "soak":
+            from benchmarks.soak import main as soak_main
+
+            return soak_main(args)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -68,6 +68,21 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def apply_peer_tier(argv: List[str], tier_config) -> List[str]:
+    """`--tier-peers` puts the peer tier under HiCache: L3 = the project's `dynamic` PeerStorage backend."""
+    if not tier_config.peers:
+        return argv
+    backend = flag_value(argv, "--hicache-storage-backend")
+    if backend is not None:
+        raise LaunchError(f"--tier-peers sets the storage backend itself; drop --hicache-storage-backend {backend}")
+    if has_flag(argv, "--hicache-storage-backend-extra-config"):
+        raise LaunchError("--tier-peers sets the storage config itself; drop --hicache-storage-backend-extra-config")
+    argv = list(argv) + tier_config.storage_args()
+    if not has_flag(argv, "--enable-hierarchical-cache"):
+        argv.append("--enable-hierarchical-cache")
+    return argv
+
+
 def apply_defaults(argv: List[str], cuda: bool) -> tuple[List[str], List[str]]:
     """Return (argv with the project's defaults added, a description of what was added)."""
     argv, added = list(argv), []
@@ -113,12 +128,14 @@ def split_tier_args(argv: List[str]):
             argv = ConfigArgumentMerger(combined).merge_config_with_args(argv)
         except (ValueError, OSError) as e:
             raise LaunchError(f"--config: {e}") from None
-    ours = argparse.ArgumentParser(prog="python -m sglang_ext.launch_server", add_help=False)
+    # exit_on_error=False: a malformed value ("--tier-session-ttl abc") is a LaunchError naming the flag, like
+    # every other bad value, instead of argparse exiting from inside a library call.
+    ours = argparse.ArgumentParser(prog="python -m sglang_ext.launch_server", add_help=False, exit_on_error=False)
     add_tier_args(ours)
-    tier_args, rest = ours.parse_known_args(argv)
     try:
+        tier_args, rest = ours.parse_known_args(argv)
         return tier_config_from_args(tier_args), rest
-    except ValueError as e:
+    except (argparse.ArgumentError, ValueError) as e:
         raise LaunchError(str(e)) from None
 
 
@@ -152,7 +169,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         register()  # `--radix-cache-backend` accepts only registered names
         tier_config, argv = split_tier_args(argv)
-        argv, added = apply_defaults(argv, cuda)
+        argv, added = apply_defaults(apply_peer_tier(argv, tier_config), cuda)
         os.environ["SGLANG_EXT_TIER_CONFIG"] = tier_config.to_env()
         from sglang.srt.server_args import prepare_server_args
 

@@ -53,9 +53,10 @@ def build_tree_cache(ctx):
         return default_radix_cache_factory(ctx)
     config = TierConfig.from_env()
     if ctx.enable_hierarchical_cache:
-        from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
+        from sglang_ext.tiered_hicache import TieredHiRadixCache
 
-        cache = HiRadixCache(ctx.params, ctx.server_args)
+        cache = TieredHiRadixCache(ctx.params, ctx.server_args, retention_budget=config.retention_budget,
+                                   enable_metrics=bool(ctx.server_args.enable_metrics))
         # The forward pass waits on this counter for host->device loads (see sglang registry.py).
         ctx.tp_worker.register_hicache_layer_transfer_counter(cache.cache_controller.layer_done_counter)
     else:

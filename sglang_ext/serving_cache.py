@@ -36,7 +36,8 @@ class PrometheusCounters:
     """Monotonic counters mirrored from TierStats / Retention by delta, so the hot path never touches them."""
 
     FIELDS = ("inserts", "admissions_rejected", "rejected_tokens", "evictions", "evicted_tokens",
-              "retained_evictions", "hit_requests", "hit_tokens", "retains", "ttl_refreshes", "ttl_expiries")
+              "retained_evictions", "hit_requests", "hit_tokens", "retains", "ttl_refreshes", "ttl_expiries",
+              "host_admitted", "host_rejected", "demotions", "sketch_resets")
 
     def __init__(self):
         from prometheus_client import Counter
@@ -53,17 +54,15 @@ class PrometheusCounters:
         self._last = {name: values.get(name, 0) for name in self.FIELDS}
 
 
-class ServingTieredCache(TieredRadixCache):
-    def __init__(self, params, *, enable_metrics: bool = False, **kwargs):
-        self._request_ttl_s: Optional[float] = None
-        self._hit_requests = 0
-        self._hit_tokens = 0
-        super().__init__(params, **kwargs)
-        self._metrics = PrometheusCounters() if enable_metrics else None
+class ServedRequests:
+    """What every served tree cache does per request (mixed in before the SGLang cache class): stash the request's
+    retention TTL while SGLang inserts its prompt, count hits, and mirror counters to Prometheus."""
 
-    # ---- request plumbing ----
-    def insert(self, params, ttl_s: Optional[float] = None):
-        return super().insert(params, ttl_s if ttl_s is not None else self._request_ttl_s)
+    _request_ttl_s: Optional[float] = None
+
+    def _init_served(self, enable_metrics: bool) -> None:
+        self._served = {"hit_requests": 0, "hit_tokens": 0}
+        self._metrics = PrometheusCounters() if enable_metrics else None
 
     def cache_unfinished_req(self, req, *args, **kwargs):
         self._request_ttl_s = request_ttl_s(req)
@@ -75,8 +74,8 @@ class ServingTieredCache(TieredRadixCache):
     def cache_finished_req(self, req, *args, **kwargs):
         self._request_ttl_s = request_ttl_s(req)
         cached = getattr(req, "cached_tokens", 0) or 0
-        self._hit_requests += cached > 0
-        self._hit_tokens += cached
+        self._served["hit_requests"] += cached > 0
+        self._served["hit_tokens"] += cached
         try:
             return super().cache_finished_req(req, *args, **kwargs)
         finally:
@@ -84,11 +83,20 @@ class ServingTieredCache(TieredRadixCache):
             if self._metrics is not None:
                 self._metrics.sync(self.counters())
 
+
+class ServingTieredCache(ServedRequests, TieredRadixCache):
+    def __init__(self, params, *, enable_metrics: bool = False, **kwargs):
+        super().__init__(params, **kwargs)
+        self._init_served(enable_metrics)
+
+    def insert(self, params, ttl_s: Optional[float] = None):
+        return super().insert(params, ttl_s if ttl_s is not None else self._request_ttl_s)
+
     # ---- observability ----
     def counters(self) -> dict:
         stats = dataclasses.asdict(self.tier_stats())
         retention = self.retention
-        stats.update(hit_requests=self._hit_requests, hit_tokens=self._hit_tokens, retains=retention.retains,
+        stats.update(**self._served, retains=retention.retains,
                      ttl_refreshes=retention.refreshes, ttl_expiries=retention.expiries,
                      retained_tokens=retention.retained_size)
         return stats

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
 
@@ -26,6 +26,7 @@ class TierConfig:
     policy: str = "tinylfu"
     session_ttl_s: Optional[float] = None
     retention_budget: float = 0.5
+    peers: Tuple[str, ...] = ()  # HOST:PORT of peer block servers (sglang_ext.peer_server)
 
     def validate(self) -> "TierConfig":
         from tiers.policy import policy_names
@@ -39,6 +40,13 @@ class TierConfig:
                 validate_ttl_s(self.session_ttl_s)
             except ValueError as e:
                 raise TierConfigError(f"--tier-session-ttl: {e}") from None
+        for peer in self.peers:
+            host, _, port = peer.rpartition(":")
+            # isascii: str.isdigit() accepts digits int() rejects ('²') or that no resolver expects ('٣')
+            if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+                raise TierConfigError(f"--tier-peers: {peer!r} is not HOST:PORT")
+        if len(set(self.peers)) != len(self.peers):
+            raise TierConfigError(f"--tier-peers: a peer is listed twice in {','.join(self.peers)!r}")
         if not 0 < self.retention_budget <= 1:
             raise TierConfigError(f"--tier-retention-budget: must be a fraction in (0, 1], got {self.retention_budget}")
         return self
@@ -49,7 +57,16 @@ class TierConfig:
     @classmethod
     def from_env(cls) -> "TierConfig":
         raw = os.environ.get(ENV_VAR)
-        return cls(**json.loads(raw)) if raw else cls()
+        if not raw:
+            return cls()
+        fields = json.loads(raw)
+        return cls(**{**fields, "peers": tuple(fields.get("peers", ()))})
+
+    def storage_args(self) -> list:
+        """SGLang flags that put the peer tier under HiCache as its L3 (a `dynamic` storage backend)."""
+        extra = {"backend_name": "peer", "module_path": "sglang_ext.peer_storage", "class_name": "PeerStorage",
+                 "interface_v1": 1, "peers": ",".join(self.peers)}
+        return ["--hicache-storage-backend", "dynamic", "--hicache-storage-backend-extra-config", json.dumps(extra)]
 
 
 def add_tier_args(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +75,8 @@ def add_tier_args(parser: argparse.ArgumentParser) -> None:
                        help="device-tier admission/eviction policy (tiers registry name, or module:Class)")
     group.add_argument("--tier-session-ttl", type=float, default=None, metavar="SECONDS",
                        help="default retention TTL for SGLang sessions (session_params) without cache_control")
+    group.add_argument("--tier-peers", default="", metavar="HOST:PORT,...",
+                       help="peer block servers for the peer tier (implies --enable-hierarchical-cache)")
     group.add_argument("--tier-retention-budget", type=float, default=TierConfig.retention_budget,
                        metavar="FRACTION", help="fraction of each tier's capacity that retained prefixes may hold")
 
@@ -67,4 +86,5 @@ def tier_config_from_args(args: argparse.Namespace) -> TierConfig:
         policy=args.tier_policy,
         session_ttl_s=args.tier_session_ttl,
         retention_budget=args.tier_retention_budget,
+        peers=tuple(p.strip() for p in args.tier_peers.split(",") if p.strip()),
     ).validate()

@@ -137,3 +137,14 @@ def test_stats_and_metrics_move_as_the_scenario_says(tiered_small):
     assert sum(t["device_tokens"] for t in after["tenants"].values()) == a["used_tokens"]
     for event in ("inserts", "hit_tokens", "retains", "ttl_refreshes"):
         assert metric(metrics_after, event) > metric(metrics_before, event), event
+
+
+def test_flood_retained_session_survives_with_the_host_tier(hicache_server):
+    """With the host tier on (TieredHiRadixCache): the retained session outlives a flood 6x the device pool and
+    3x the host pool, from device or host, and the flood's one-shots are what the host tier refuses or drops."""
+    before = hicache_server.get("/tiers/stats")
+    warm, hit = flood_scenario(hicache_server, seed=50)
+    after = hicache_server.get("/tiers/stats")
+    assert hit >= warm, (hit, warm)
+    assert after["counters"]["retains"] > before["counters"]["retains"]
+    assert after["tiers"]["host"]["used_tokens"] <= after["tiers"]["host"]["capacity_tokens"]

@@ -1,0 +1,149 @@
+"""TieredHiRadixCache: SGLang's HiRadixCache (device + host tiers) with the project's admission and retention.
+
+Design note
+-----------
+With the host tier on, SGLang's HiRadixCache owns the two-level tree, the host pool and the asynchronous
+device<->host copies; this subclass changes only the decisions, at SGLang's own override points:
+
+- Host admission (`_inc_hit_count`): stock write-through backs up every node on its first insert, and
+  `write_through_selective` on its second. Here a node goes to host memory if it is retained (so that a device
+  eviction can demote it instead of dropping it), or if the host pool has room, or, when the pool is full, if
+  its TinyLFU frequency (tiers.sketch, counted on every insert walk) beats that of the coldest of a small sample
+  of evictable host leaves (Caffeine's admission, with its anti-flooding jitter). Rejections are counted.
+- Retention (tiers.retention): a request's TTL (from `cache_control` or the session default, carried as in
+  serving_cache) retains the nodes of its prompt; a hit refreshes them. Device and host eviction both sort by
+  `(retained, SGLang's own priority)`, so retained nodes go last, and a retained node leaving the device is
+  always demoted (it was backed up at admission), never dropped while it is retained.
+- Counters for `/tiers/stats` and Prometheus, as ServingTieredCache has for the device-only cache.
+
+Threading: the scheduler thread only, like HiRadixCache's tree (the copies run on the controller's threads).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
+
+from sglang_ext.serving_cache import ServedRequests, tenant_label
+from tiers.clock import MonotonicClock
+from tiers.retention import Retention
+from tiers.sketch import FrequencySketch
+
+HOST_VICTIM_SAMPLE = 16
+
+
+class RetainedLast:
+    """An SGLang eviction strategy: retained nodes sort after every unretained one, then SGLang's own order."""
+
+    def __init__(self, base, retention: Retention):
+        self.base, self.retention = base, retention
+
+    def get_priority(self, node):
+        return (self.retention.is_retained(node), self.base.get_priority(node))
+
+
+class TieredHiRadixCache(ServedRequests, HiRadixCache):
+    def __init__(self, params, server_args, *, retention_budget: float = 0.5, enable_metrics: bool = False,
+                 clock=None):
+        self._n = dict(host_admitted=0, host_rejected=0, demotions=0)
+        super().__init__(params, server_args)
+        self._init_served(enable_metrics)
+        device_tokens = max(1, int(self.token_to_kv_pool_allocator.size))
+        host_tokens = max(1, int(self.cache_controller.mem_pool_host.size))
+        # Retained prefixes end up in host memory (demoted, not dropped): the budget is a fraction of the host tier.
+        self.retention = Retention(max(device_tokens, host_tokens), clock or MonotonicClock(), retention_budget)
+        self.sketch = FrequencySketch(max(64, host_tokens // 16), seed=0)
+        self.eviction_strategy = RetainedLast(self.eviction_strategy, self.retention)
+
+    # ---- admission to the host tier ----
+    def _sketch_key(self, node) -> int:
+        key = getattr(node, "sketch_key", None)
+        if key is None:
+            parent = node.parent
+            parent_key = 0 if parent is None or parent is self.root_node else self._sketch_key(parent)
+            key = node.sketch_key = hash((parent_key, node.key.child_key(self.page_size)))
+        return key
+
+    def _inc_hit_count(self, node, chunked=False):
+        if self.cache_controller.write_policy == "write_back" or chunked:
+            return
+        node.hit_count += 1
+        key = self._sketch_key(node)
+        self.sketch.increment(key)
+        if node.backuped or not self._admit_to_host(node, key):
+            return
+        if self.write_backup(node):
+            self._n["host_admitted"] += 1
+
+    def _admit_to_host(self, node, key) -> bool:
+        if self.retention.is_retained(node):
+            return True
+        if self.cache_controller.mem_pool_host.available_size() >= len(node.value):
+            return True
+        sample = [leaf for leaf in itertools.islice(self.evictable_host_leaves, HOST_VICTIM_SAMPLE)
+                  if leaf.evicted and leaf.host_ref_counter == 0]
+        if not sample:
+            self._n["host_rejected"] += 1
+            return False
+        victim = min(sample, key=self.eviction_strategy.get_priority)
+        if self.sketch.admit_with_jitter(self.sketch.estimate(key), self.sketch.estimate(self._sketch_key(victim))):
+            return True
+        self._n["host_rejected"] += 1
+        return False
+
+    # ---- retention ----
+    def insert(self, params):
+        result = super().insert(params)
+        if self._request_ttl_s is not None:
+            self._retain_path(params.key, self._request_ttl_s)
+        return result
+
+    def _retain_path(self, key, ttl_s: float) -> None:
+        node = self.match_prefix(MatchPrefixParams(key=key)).last_device_node
+        while node is not None and node is not self.root_node:
+            self.retention.retain(node, len(node.key), ttl_s)
+            node = node.parent
+
+    def match_prefix(self, params):
+        result = super().match_prefix(params)
+        node = result.last_device_node
+        while node is not None and node is not self.root_node:  # a hit refreshes the path's retention
+            self.retention.touch(node)
+            node = node.parent
+        return result
+
+    def _evict_backuped(self, node):
+        self._n["demotions"] += 1
+        return super()._evict_backuped(node)
+
+    # ---- observability ----
+    def counters(self) -> dict:
+        r = self.retention
+        return {**self._n, **self._served, "retains": r.retains, "ttl_refreshes": r.refreshes,
+                "ttl_expiries": r.expiries, "retained_tokens": r.retained_size, "sketch_resets": self.sketch.resets}
+
+    def tier_stats_dict(self) -> dict:
+        host = self.cache_controller.mem_pool_host
+        tenants = {}
+        for child in self.root_node.children.values():
+            label = tenant_label(getattr(child.key, "cache_salt", None))
+            entry = tenants.setdefault(label, {"device_tokens": 0, "host_tokens": 0})
+            stack = [child]
+            while stack:
+                n = stack.pop()
+                entry["device_tokens"] += 0 if n.evicted else len(n.key)
+                entry["host_tokens"] += len(n.key) if n.backuped else 0
+                stack.extend(n.children.values())
+        return {
+            "policy": "tinylfu-admission",
+            "tiers": {
+                "device": {"capacity_tokens": int(self.token_to_kv_pool_allocator.size),
+                           "used_tokens": int(self.evictable_size_ + self.protected_size_)},
+                "host": {"capacity_tokens": int(host.size), "used_tokens": int(host.size - host.available_size())},
+            },
+            "counters": self.counters(),
+            "tenants": dict(sorted(tenants.items())),
+        }

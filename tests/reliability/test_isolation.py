@@ -1,0 +1,138 @@
+"""Tenant and model isolation on every tier: device, host (HiCache) and peer.
+
+- The same prompt, or the same system prompt, under another cache_salt never hits, on any tier, while the
+  first tenant's copy is provably there (a positive control after each negative).
+- A client of the peer protocol cannot plant a page another tenant (namespace) reads: keys are scoped by
+  namespace, and the checksum binds key and bytes, so a checksum made for one key does not store under another.
+- `/tiers/stats` shows tenants only as digests of their salt.
+- A server on another model path (a "new revision" of the model) sharing the peer gets no storage hits for
+  the first server's prompts.
+"""
+
+import json
+import random
+import shutil
+import socket
+import time
+
+import pytest
+
+from sglang_ext.peer_server import page_checksum, scoped_key
+from sglang_ext.serving_cache import tenant_label
+from tests.reliability.conftest import peer_stats, server_args, wait_for_peer_pages
+from tests.support import start_server
+from transfer.control import recv_message, send_message
+
+pytestmark = pytest.mark.server
+WORDS = "cache token prefix session tenant model server request reply host device peer memory block page tree".split()
+
+
+def words(seed: int, n: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def ask(server, text: str, salt: str) -> dict:
+    answer = server.generate(text, cache_salt=salt, return_cached_tokens_details=True)
+    meta = answer["meta_info"]
+    return {"cached": meta["cached_tokens"], "prompt": meta["prompt_tokens"],
+            "details": meta.get("cached_tokens_details") or {}, "output_ids": answer["output_ids"]}
+
+
+def test_shared_system_prompt_never_hits_across_tenants_on_device(server_a):
+    system = words(100, 250)
+    a1 = ask(server_a, system + " " + words(101, 20), "iso-dev-a")
+    b_same = ask(server_a, system + " " + words(101, 20), "iso-dev-b")  # the identical prompt, other tenant
+    b_other = ask(server_a, system + " " + words(102, 20), "iso-dev-b")  # the shared system prompt
+    a2 = ask(server_a, system + " " + words(103, 20), "iso-dev-a")
+    assert b_same["cached"] == 0, b_same
+    assert b_other["cached"] <= b_same["prompt"], b_other  # at most b's own earlier prompt
+    assert a2["cached"] >= a1["prompt"] // 2, a2  # positive control: a's system prompt is cached
+    assert b_same["output_ids"] == a1["output_ids"]
+
+
+def test_same_prompt_never_hits_across_tenants_on_host_and_peer(server_a, shared_peer):
+    prompt = words(200, 350)
+    first = ask(server_a, prompt, "iso-low-a")
+    wait_for_peer_pages(shared_peer.port, first["prompt"] - 1)
+    for seed in (201, 202, 203):  # push the prompt out of the 600-token device pool into host / peer
+        ask(server_a, words(seed, 330), "iso-low-a")
+    b = ask(server_a, prompt, "iso-low-b")
+    a = ask(server_a, prompt, "iso-low-a")
+    assert b["cached"] == 0, b  # no tier (device, host, storage) served a's pages to b
+    lower = a["details"].get("host", 0) + a["details"].get("storage", 0)
+    assert lower > 0, a  # positive control: a's pages were in a lower tier when b asked
+    assert a["output_ids"] == b["output_ids"] == first["output_ids"]
+
+
+def _call(sock, body: dict) -> dict:
+    deadline = time.monotonic() + 10
+    send_message(sock, body, deadline)
+    return recv_message(sock, deadline)[0]
+
+
+def test_a_client_cannot_plant_a_page_under_another_namespace(peer_factory):
+    peer = peer_factory("--capacity-gb", "0.01")
+    page_bytes = 4096
+    zeros = bytes(page_bytes)
+    with socket.create_connection(("127.0.0.1", peer.port), timeout=10) as sock:
+        assert _call(sock, {"op": "hello", "version": 1, "page_bytes": page_bytes, "client": "t"})["ok"]
+        # An honest write under namespace A (the pool starts zeroed, so the page bytes are zeros).
+        slots = _call(sock, {"op": "alloc", "ns": "tenant=A", "keys": ["k1"]})["slots"]
+        assert slots[0]["state"] == "alloc"
+        checksum_a = page_checksum(scoped_key("tenant=A", "k1"), [(_addr(zeros), page_bytes)])
+        assert _call(sock, {"op": "commit", "ns": "tenant=A", "keys": ["k1"], "checksums": [checksum_a]})["stored"] == [True]
+        # Read with namespace B: a miss, though the key is the same.
+        assert _call(sock, {"op": "lookup", "ns": "tenant=B", "keys": ["k1"], "pin": False})["pages"] == [None]
+        found = _call(sock, {"op": "lookup", "ns": "tenant=A", "keys": ["k1"], "pin": False})["pages"][0]
+        assert found["checksum"] == checksum_a
+        # The checksum binds the key: the same bytes under B's key do not verify against A's checksum.
+        assert page_checksum(scoped_key("tenant=B", "k1"), [(_addr(zeros), page_bytes)]) != checksum_a
+        # Planting: a page allocated under B, committed with a checksum made for A's key, is refused.
+        slots = _call(sock, {"op": "alloc", "ns": "tenant=B", "keys": ["k2"]})["slots"]
+        assert slots[0]["state"] == "alloc"
+        forged = page_checksum(scoped_key("tenant=A", "k2"), [(_addr(zeros), page_bytes)])
+        assert _call(sock, {"op": "commit", "ns": "tenant=B", "keys": ["k2"], "checksums": [forged]})["stored"] == [False]
+        assert _call(sock, {"op": "lookup", "ns": "tenant=B", "keys": ["k2"], "pin": False})["pages"] == [None]
+
+
+_KEEP = []
+
+
+def _addr(data: bytes) -> int:
+    import ctypes
+
+    buf = ctypes.create_string_buffer(data, len(data))
+    _KEEP.append(buf)
+    return ctypes.addressof(buf)
+
+
+def test_stats_show_tenant_digests_never_salts(server_a):
+    salt = "iso-secret-salt-7f3a"
+    ask(server_a, words(300, 60), salt)
+    stats = server_a.get("/tiers/stats")
+    text = json.dumps(stats)
+    assert salt not in text and "iso-dev-a" not in text and "iso-low-b" not in text
+    assert tenant_label(salt) in stats["tenants"], stats["tenants"]
+    assert all(label == "default" or label.startswith("t-") for label in stats["tenants"])
+
+
+def test_another_model_revision_gets_no_storage_hits(server_a, shared_peer, reliability_logs, tmp_path):
+    from sglang_ext.embedded_model import ensure_embedded_model
+
+    copy = tmp_path / "embedded-model-r2"
+    shutil.copytree(ensure_embedded_model(), copy)
+    prompt = words(400, 350)
+    first = ask(server_a, prompt, "iso-rev")
+    wait_for_peer_pages(shared_peer.port, first["prompt"] - 1)
+    used_before = peer_stats(shared_peer.port)["used_pages"]
+    server_b = start_server(server_args(shared_peer.address) + ["--model-path", str(copy)], reliability_logs,
+                            "server-b", env={"UCX_NET_DEVICES": "lo"})
+    try:
+        b = ask(server_b, prompt, "iso-rev")
+        # B writes its own pages under its own namespace: the peer's count grows instead of B reusing A's.
+        wait_for_peer_pages(shared_peer.port, used_before + b["prompt"] - 1)
+    finally:
+        server_b.stop()
+    assert b["details"].get("storage", 0) == 0 and b["cached"] == 0, b
+    assert b["prompt"] == first["prompt"] and b["output_ids"] == first["output_ids"]  # same weights, same answer

@@ -1,0 +1,113 @@
+"""Tier-config fuzz: every bad `--tier-*` value is a TierConfigError / LaunchError naming its flag (no server).
+
+A good value must be accepted; anything else must fail with a message that names the flag the user wrote, never
+an argparse exit, a bare ValueError from int(), or a traceback from a scheduler process later.
+"""
+
+import math
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")  # read at import time by sglang modules
+
+from sglang_ext.launch_server import LaunchError, split_tier_args  # noqa: E402
+from sglang_ext.tier_config import TierConfig, TierConfigError  # noqa: E402
+from tiers.policy import policy_names  # noqa: E402
+
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Values an argparse option takes as its argument (a leading '-' would be read as another option).
+values = st.one_of(
+    st.text(max_size=20).filter(lambda t: not t.startswith("-")),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(-10**6, 10**6).map(str),
+    st.sampled_from(["nan", "inf", "1e400", "0", "0.0", "5m", "300s", "", " ", "1,5", "٣", "²", "0x10"]),
+)
+
+
+def good_ttl(text: str) -> bool:
+    try:
+        v = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(v) and 0 < v <= 24 * 3600
+
+
+def good_budget(text: str) -> bool:
+    try:
+        v = float(text)
+    except ValueError:
+        return False
+    return 0 < v <= 1
+
+
+def good_peers(text: str) -> bool:
+    items = [p.strip() for p in text.split(",") if p.strip()]
+    for p in items:
+        host, _, port = p.rpartition(":")
+        if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+            return False
+    return len(set(items)) == len(items)
+
+
+CASES = {
+    "--tier-session-ttl": good_ttl,
+    "--tier-retention-budget": good_budget,
+    "--tier-policy": lambda t: t in policy_names() or ":" in t,
+    "--tier-peers": good_peers,
+}
+
+
+def check(flag: str, value: str) -> None:
+    try:
+        config, rest = split_tier_args(["--model-path", "m", flag, value])
+    except LaunchError as e:
+        assert not CASES[flag](value), f"{flag} {value!r} is valid but was refused: {e}"
+        assert flag in str(e), f"error for {flag} {value!r} does not name the flag: {e}"
+        return
+    assert CASES[flag](value), f"{flag} {value!r} was accepted: {config}"
+    assert rest == ["--model-path", "m"]
+
+
+@FUZZ
+@given(flag=st.sampled_from(sorted(CASES)), value=values)
+def test_every_bad_tier_value_is_an_error_naming_the_flag(flag, value):
+    check(flag, value)
+
+
+@FUZZ
+@given(value=st.lists(st.one_of(
+    st.builds(lambda h, p: f"{h}:{p}", st.sampled_from(["127.0.0.1", "h", "", "a:b"]),
+              st.one_of(st.integers(-5, 70000).map(str), st.text(max_size=4))),
+    st.text(max_size=8)), max_size=4).map(",".join).filter(lambda t: not t.startswith("-")))
+def test_peer_lists(value):
+    check("--tier-peers", value)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--tier-session-ttl"], "--tier-session-ttl"),  # no value at all
+    (["--tier-session-ttl", "abc"], "--tier-session-ttl"),
+    (["--tier-retention-budget", "half"], "--tier-retention-budget"),
+    (["--tier-peers", "h:1,h:1"], "--tier-peers"),
+    (["--tier-peers", "h:²"], "--tier-peers"),
+])
+def test_known_bad_values(argv, flag):
+    with pytest.raises(LaunchError, match=flag):
+        split_tier_args(argv)
+
+
+@FUZZ
+@given(ttl=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+       budget=st.floats(allow_nan=True, allow_infinity=True))
+def test_tier_config_validate_direct(ttl, budget):
+    config = TierConfig(session_ttl_s=ttl, retention_budget=budget)
+    ttl_ok = ttl is None or (math.isfinite(ttl) and 0 < ttl <= 24 * 3600)
+    budget_ok = 0 < budget <= 1
+    if ttl_ok and budget_ok:
+        assert config.validate() is config
+        return
+    with pytest.raises(TierConfigError) as info:
+        config.validate()
+    assert ("--tier-session-ttl" if not ttl_ok else "--tier-retention-budget") in str(info.value)
