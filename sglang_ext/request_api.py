@@ -20,6 +20,8 @@ from typing import Any, Callable, Optional, Tuple
 TTL_PARAM = "sglang_ext_ttl_s"
 CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top"}
 MAX_SALT_LEN = 256
+# SGLang's SessionParams fields and the types it accepts (None is always allowed).
+SESSION_FIELDS = {"id": str, "rid": str, "offset": int, "replace": bool, "drop_previous_output": bool}
 
 
 class BadRequest(ValueError):
@@ -45,6 +47,7 @@ def request_ttl(body: dict, session_ttl_s: Optional[float]) -> Optional[float]:
     if salt is not None and not all(isinstance(s, str) and 0 < len(s) <= MAX_SALT_LEN for s in salts):
         raise BadRequest(f"cache_salt must be a non-empty string (or a list of them, for a batch) of at most "
                          f"{MAX_SALT_LEN} characters")
+    check_session_params(body.get("session_params"))
     try:
         ttls = [parse_cache_control(block) for block in blocks]
     except ValueError as e:
@@ -54,6 +57,21 @@ def request_ttl(body: dict, session_ttl_s: Optional[float]) -> Optional[float]:
     if body.get("session_params") is not None and session_ttl_s:
         return session_ttl_s
     return None
+
+
+def check_session_params(params) -> None:
+    """Refuse malformed `session_params` here, before SGLang's scheduler sees (and half-applies) them."""
+    if params is None:
+        return
+    if not isinstance(params, dict):
+        raise BadRequest("session_params must be an object")
+    for name, value in params.items():
+        expected = SESSION_FIELDS.get(name)
+        if expected is None:
+            raise BadRequest(f"session_params has an unknown field {name!r}")
+        if value is not None and (type(value) is not expected or (expected is int and value < 0)):
+            raise BadRequest(f"session_params.{name} must be {'a non-negative ' if expected is int else 'a '}"
+                             f"{expected.__name__} or null, got {value!r}")
 
 
 def strip_cache_control(body: dict) -> None:
