@@ -9,17 +9,21 @@ that goes on) from the one-shot one. This policy therefore estimates the reuse f
 entries and keeps TinyLFU's admission contest around it:
 
 - Class: what the tree knows when an entry arrives. A new leaf is classed by its depth (nodes above it: a
-  deeper leaf continues a longer conversation) and its size bucket; the back part of a split (what a
-  request did not reuse of a leaf) is TAIL; an entry used again becomes REUSED at its depth.
+  deeper leaf continues a longer conversation), its size bucket and its parent's *gap bucket* (how soon the
+  chain it extends came back last time, against the cache lifetime: a conversation that returned quickly
+  tends to again); the back part of a split (what a request did not reuse of a leaf) is TAIL; an entry used
+  again becomes REUSED at its depth and the gap bucket of that reuse.
 - Frequency = reuse probability of the class, learned online: every entry has one open *event* (its class
   since insertion or its last use); the event counts as reused when the entry is used again, also after it
   was evicted or declined: such keys wait in a bounded FIFO of ghosts (sized in units, a multiple of the
-  capacity), and a request that records a ghost key counts a reuse for the ghost's class. Counts are halved
-  periodically (aging, like the sketch's reset).
+  capacity), and a request that records a ghost key counts a reuse for the ghost's class. A reuse counts
+  only within `window_factor` x the cache lifetime (running mean age at eviction): a return long after any
+  entry would still be cached says nothing about what is worth keeping. Counts are halved periodically
+  (aging, like the sketch's reset).
 - Eviction: density = reuse probability / (age + horizon), age in policy ticks (one per recorded key, i.e.
   per requested node) since the last use, lowest first. Within one class the least recently used entry has
-  the lowest density, so each class keeps an LRU list and a victim query merges the lists' cold ends (no
-  heap over all leaves). Leaf-only; parents become candidates once their last child is chosen
+  the lowest density, so each class keeps an LRU list and a victim query keeps a small heap of the lists'
+  cold ends, walking only the lists it takes from (no heap over all leaves). Leaf-only; parents become candidates once their last child is chosen
   (`_tree.select_leaves`).
 - Admission (with bypass): a new suffix comes in only if its class's density at age 0 beats every
   victim's; a declined suffix adds nothing to the tier and becomes a ghost, so its class still learns.
@@ -31,7 +35,6 @@ reuse.
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import OrderedDict
 from typing import Callable, Hashable, Iterable, List, Optional
 
@@ -56,6 +59,8 @@ class TinyLFUPolicy(Policy):
         admit_margin: float = 1.0,
         prior_hits: float = 1.0,
         prior_events: float = 2.0,
+        window_factor: float = 2.0,
+        gap_buckets: int = 4,
     ):
         super().__init__(capacity, clock)
         if max_depth < 1:
@@ -64,12 +69,19 @@ class TinyLFUPolicy(Policy):
             raise ValueError(f"ghost_factor must be >= 0, got {ghost_factor}")
         if horizon < 0:
             raise ValueError(f"horizon must be >= 0, got {horizon}")
+        if window_factor <= 0:
+            raise ValueError(f"window_factor must be > 0, got {window_factor}")
+        if gap_buckets < 1:
+            raise ValueError(f"gap_buckets must be >= 1, got {gap_buckets}")
         self.index = TreeIndex()
         self.max_depth = max_depth
+        self.window_factor = window_factor
+        self.n_gaps = gap_buckets + 1  # the last one: no reuse seen yet
         nb = len(_SIZE_EDGES) + 1
-        self._tail = max_depth * nb
+        self._tail = max_depth * nb * self.n_gaps
         self._reused0 = self._tail + 1
-        n_classes = self._reused0 + max_depth
+        n_classes = self._reused0 + max_depth * self.n_gaps
+        self.lifetime = 0.0  # running mean age at eviction, in ticks (0: nothing evicted yet)
         self._lists = [OrderedDict() for _ in range(n_classes)]
         self.hits = [0.0] * n_classes
         self.events = [0.0] * n_classes
@@ -86,16 +98,33 @@ class TinyLFUPolicy(Policy):
         self.now = 0  # the policy's clock: one tick per recorded key
 
     # --- classes and their learned reuse probability ---
-    def _new_class(self, depth: int, size: int) -> int:
+    def _new_class(self, depth: int, size: int, gap: int = -1) -> int:
         s = 0
         for edge in _SIZE_EDGES:
             if size <= edge:
                 break
             s += 1
-        return (min(depth, self.max_depth) - 1) * (len(_SIZE_EDGES) + 1) + s
+        g = self.n_gaps - 1 if gap < 0 else gap
+        return ((min(depth, self.max_depth) - 1) * (len(_SIZE_EDGES) + 1) + s) * self.n_gaps + g
 
-    def _reused_class(self, depth: int) -> int:
-        return self._reused0 + min(depth, self.max_depth) - 1
+    def _reused_class(self, depth: int, gap: int = -1) -> int:
+        g = self.n_gaps - 1 if gap < 0 else gap
+        return self._reused0 + (min(depth, self.max_depth) - 1) * self.n_gaps + g
+
+    def _gap_bucket(self, age: float) -> int:
+        # how soon this chain came back, against the cache's lifetime: halves of it, then doublings
+        life = self.lifetime
+        if not life:
+            return 0
+        b, edge = 0, life / 2
+        while age > edge and b < self.n_gaps - 2:
+            b += 1
+            edge *= 2
+        return b
+
+    def _in_window(self, age: float) -> bool:
+        # a reuse counts as a hit only if keeping the entry that long is plausible
+        return not self.lifetime or age <= self.window_factor * self.lifetime
 
     def probability(self, cls: int) -> float:
         return (self.hits[cls] + self.prior_hits) / (self.events[cls] + self.prior_events)
@@ -108,12 +137,12 @@ class TinyLFUPolicy(Policy):
             self.hits = [h * 0.5 for h in self.hits]
             self.events = [e * 0.5 for e in self.events]
 
-    def _ghost(self, key, cls: int, size: int) -> None:
+    def _ghost(self, key, cls: int, size: int, tick: int) -> None:
         g = self._ghosts
         old = g.pop(key, None)
         if old is not None:
             self._ghost_size -= old[1]
-        g[key] = (cls, size)
+        g[key] = (cls, size, tick)
         self._ghost_size += size
         limit = self.ghost_factor * self.capacity
         while self._ghost_size > limit and g:
@@ -130,7 +159,9 @@ class TinyLFUPolicy(Policy):
             del self._returned[key]
             cls = self._reused_class(n.depth)
         else:
-            cls = self._new_class(n.depth, size)
+            p = self.index.nodes.get(parent) if parent is not None else None
+            cls = self._new_class(n.depth, size, p.count - 1 if p is not None else -1)
+        n.count = 0
         n.region = cls
         self._open(cls)
         self._lists[cls][entry] = None
@@ -139,9 +170,13 @@ class TinyLFUPolicy(Policy):
         n = self.index.nodes.get(entry)
         if n is None:
             return
+        age = self.now - n.tick
         n.tick = self.now
-        self.hits[n.region] += 1
-        cls = self._reused_class(n.depth)
+        if self._in_window(age):
+            self.hits[n.region] += 1
+        gb = self._gap_bucket(age)
+        n.count = gb + 1
+        cls = self._reused_class(n.depth, gb)
         self._open(cls)
         del self._lists[n.region][entry]
         n.region = cls
@@ -150,7 +185,9 @@ class TinyLFUPolicy(Policy):
     def on_remove(self, entry) -> None:
         n = self.index.remove(entry)
         del self._lists[n.region][entry]
-        self._ghost(n.key, n.region, n.size)
+        age = self.now - n.tick
+        self.lifetime = age if not self.lifetime else self.lifetime + 0.01 * (age - self.lifetime)
+        self._ghost(n.key, n.region, n.size, n.tick)
 
     def on_resize(self, entry, new_size, new_parent, new_key=None) -> None:
         n, old_parent = self.index.resize(entry, new_size, new_parent)
@@ -163,7 +200,7 @@ class TinyLFUPolicy(Policy):
         front = self.index.nodes[new_parent]
         self.events[front.region] -= 1
         del self._lists[front.region][new_parent]
-        front.region, front.tick, front.depth = n.region, n.tick, n.depth
+        front.region, front.tick, front.depth, front.count = n.region, n.tick, n.depth, n.count
         self._lists[n.region][new_parent] = None
         del self._lists[n.region][entry]
         n.region = self._tail
@@ -175,7 +212,8 @@ class TinyLFUPolicy(Policy):
         self.now += 1
         g = self._ghosts.pop(key, None)
         if g is not None:
-            self.hits[g[0]] += 1
+            if self._in_window(self.now - g[2]):
+                self.hits[g[0]] += 1
             self._ghost_size -= g[1]
             r = self._returned
             r[key] = None
@@ -186,34 +224,52 @@ class TinyLFUPolicy(Policy):
     def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
         nodes = self.index.nodes
         parent = nodes.get(candidate.parent) if candidate.parent is not None else None
-        cls = self._new_class(parent.depth + 1 if parent is not None else 1, candidate.size)
         now = self.now
+        if parent is not None:
+            cls = self._new_class(parent.depth + 1, candidate.size, self._gap_bucket(now - parent.tick))
+        else:
+            cls = self._new_class(1, candidate.size)
         h = self._horizon()
         prob = self.probability
         top = max((prob(nodes[v].region) / (now - nodes[v].tick + h) for v in victims), default=0.0)
         if prob(cls) / h * self.admit_margin >= top:
             return True
         self._open(cls)
-        self._ghost(candidate.key, cls, candidate.size)
+        self._ghost(candidate.key, cls, candidate.size, now)
         return False
 
     def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False) -> List[Hashable]:
         nodes = self.index.nodes
         now = self.now
         h = self._horizon()
-        seq = itertools.count()
+        prob = self.probability
 
         def rank(n):
-            return self.probability(n.region) / (now - n.tick + h)
+            return prob(n.region) / (now - n.tick + h)
 
-        def stream(lst, p):
-            for e in lst:
-                n = nodes[e]
-                yield (p / (now - n.tick + h), next(seq), n)
+        return select_leaves(self.index, size, protected, self._order(now, h), rank, yields_inner=True)
 
-        streams = [stream(lst, self.probability(c)) for c, lst in enumerate(self._lists) if lst]
-        order = ((r, n) for r, _, n in heapq.merge(*streams))
-        return select_leaves(self.index, size, protected, order, rank, yields_inner=True)
+    def _order(self, now: int, h: float):
+        """(density, node), lowest first: a heap over the cold end of each class's LRU list. Only the lists
+        the selection actually reaches are walked, so a query costs O(classes) plus the victims taken."""
+        nodes = self.index.nodes
+        heap = []
+        for c, lst in enumerate(self._lists):
+            if lst:
+                it = iter(lst)
+                n = nodes[next(it)]
+                p = self.probability(c)
+                heap.append((p / (now - n.tick + h), c, p, n, it))
+        heapq.heapify(heap)
+        while heap:
+            r, c, p, n, it = heap[0]
+            yield r, n
+            e = next(it, None)
+            if e is None:
+                heapq.heappop(heap)
+            else:
+                m = nodes[e]
+                heapq.heapreplace(heap, (p / (now - m.tick + h), c, p, m, it))
 
     def __len__(self) -> int:
         return len(self.index.nodes)
