@@ -83,6 +83,23 @@ def apply_peer_tier(argv: List[str], tier_config) -> List[str]:
     return argv
 
 
+def check_host_memory(argv: List[str]) -> None:
+    """A host tier larger than the memory this machine has free fails now, not in the middle of serving."""
+    value = flag_value(argv, "--hicache-size")
+    if value is None:
+        return
+    try:
+        size_gb = float(value)
+    except ValueError:
+        raise LaunchError(f"--hicache-size {value}: not a number of GB") from None
+    import psutil
+
+    available_gb = psutil.virtual_memory().available / 2**30
+    if size_gb > available_gb:
+        raise LaunchError(f"--hicache-size {value}: {size_gb:g} GB of host tier does not fit in the "
+                          f"{available_gb:.1f} GB of memory available on this machine")
+
+
 def apply_defaults(argv: List[str], cuda: bool) -> tuple[List[str], List[str]]:
     """Return (argv with the project's defaults added, a description of what was added)."""
     argv, added = list(argv), []
@@ -170,6 +187,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         register()  # `--radix-cache-backend` accepts only registered names
         tier_config, argv = split_tier_args(argv)
         argv, added = apply_defaults(apply_peer_tier(argv, tier_config), cuda)
+        check_host_memory(argv)
         os.environ["SGLANG_EXT_TIER_CONFIG"] = tier_config.to_env()
         from sglang.srt.server_args import prepare_server_args
 

@@ -20,6 +20,8 @@ def launch(*args, timeout=180):
     (["--tier-policy", "nonsense"], "--tier-policy"),
     (["--tier-session-ttl", "-5"], "--tier-session-ttl"),
     (["--tier-retention-budget", "3"], "--tier-retention-budget"),
+    (["--enable-hierarchical-cache", "--hicache-size", "100000"], "--hicache-size"),
+    (["--tier-peers", "127.0.0.1:1", "--hicache-storage-backend", "file"], "--hicache-storage-backend"),
 ])
 def test_bad_flag_fails_naming_the_flag(args, named):
     run = launch(*args)
