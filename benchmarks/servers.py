@@ -21,6 +21,7 @@ from typing import List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 START_DEADLINE_S = float(os.environ.get("SGLANG_EXT_START_DEADLINE", "300"))
+PEER_START_DEADLINE_S = 60.0
 REQUEST_DEADLINE_S = 120.0
 
 
@@ -138,3 +139,77 @@ def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str
         time.sleep(0.5)  # polling a process we do not control, bounded by the deadline above
     server.stop()
     raise RuntimeError(f"{name} not healthy within {START_DEADLINE_S:.0f}s:\n{server.log_tail()}")
+
+
+class PeerProcess:
+    """The peer block server as a child process that can be killed, frozen and restarted on its port."""
+
+    def __init__(self, log_dir: Path, capacity_gb: float = 0.25):
+        self.log_dir, self.capacity_gb, self.port, self.starts = log_dir, capacity_gb, 0, 0
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "PeerProcess":
+        """Start, or restart on the same port; a fresh log per start, so readiness is this start's line."""
+        self.starts += 1
+        log = self.log_dir / f"peer-{self.starts}.log"
+        cmd = [sys.executable, "-m", "sglang_ext.peer_server", "--host", "127.0.0.1", "--port", str(self.port),
+               "--capacity-gb", str(self.capacity_gb)]
+        env = dict(os.environ, UCX_NET_DEVICES="lo", NIXL_LOG_LEVEL="WARN", PYTHONUNBUFFERED="1")
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + PEER_START_DEADLINE_S
+        while True:
+            text = log.read_text(errors="replace")
+            ready = [line for line in text.splitlines() if line.startswith("PEER_SERVER_READY")]
+            if ready:
+                self.port = int(ready[0].split("port=")[1].split()[0])
+                return self
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"peer server did not start (rc={self.proc.poll()}):\n{text[-2000:]}")
+            time.sleep(0.1)  # polling a child's log for readiness, bounded by the deadline above
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGCONT)
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+
+def peer_stats(port: int, deadline_s: float = 5.0) -> dict:
+    """A peer block server's own counters (`{"op": "stats"}` on its control port), within a deadline."""
+    import socket
+
+    from transfer.base import TransferError
+    from transfer.control import recv_message, send_message
+
+    deadline = time.monotonic() + deadline_s
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=deadline_s) as sock:
+            send_message(sock, {"op": "stats"}, deadline)
+            return recv_message(sock, deadline)[0]["stats"]
+    except TransferError as e:
+        raise RuntimeError(f"peer on port {port} did not answer: {e}") from None
+
+
+def wait_for_peer_pages(port: int, at_least: int, deadline_s: float = 60.0) -> None:
+    """Write-back to a peer is asynchronous: poll the peer's own page count until it holds `at_least` pages;
+    AssertionError at the deadline."""
+    deadline = time.monotonic() + deadline_s
+    while peer_stats(port)["used_pages"] < at_least:
+        assert time.monotonic() < deadline, f"peer holds {peer_stats(port)['used_pages']} < {at_least} pages"
+        time.sleep(0.2)  # polling another process's counter, bounded by the deadline above

@@ -22,11 +22,8 @@ Design
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -34,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from benchmarks.servers import ROOT, Server, start_server
+from benchmarks.servers import PeerProcess, Server, peer_stats, start_server
 
 WORDS = ("cache token prefix session tenant model server request reply host device peer memory block page tree "
          "agent tool plan step answer question context window retry budget").split()
@@ -47,7 +44,6 @@ BAD_INPUTS = (
     {"cache_salt": ""},
     {"cache_salt": ["a", None]},
 )
-PEER_START_DEADLINE_S = 60.0
 LOCKS_DEADLINE_S = 60.0
 REQUEST_TIMEOUT_S = 120.0
 
@@ -100,55 +96,6 @@ class SoakResult:
 
 
 # --- processes ---------------------------------------------------------------------------------------
-
-
-class PeerProcess:
-    """The peer block server as a child process that can be killed, frozen and restarted on its port."""
-
-    def __init__(self, log_dir: Path, capacity_gb: float = 0.25):
-        self.log_dir, self.capacity_gb, self.port, self.starts = log_dir, capacity_gb, 0, 0
-        self.proc: Optional[subprocess.Popen] = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> "PeerProcess":
-        """Start, or restart on the same port; a fresh log per start, so readiness is this start's line."""
-        self.starts += 1
-        log = self.log_dir / f"peer-{self.starts}.log"
-        cmd = [sys.executable, "-m", "sglang_ext.peer_server", "--host", "127.0.0.1", "--port", str(self.port),
-               "--capacity-gb", str(self.capacity_gb)]
-        env = dict(os.environ, UCX_NET_DEVICES="lo", NIXL_LOG_LEVEL="WARN", PYTHONUNBUFFERED="1")
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        deadline = time.monotonic() + PEER_START_DEADLINE_S
-        while True:
-            text = log.read_text(errors="replace")
-            ready = [line for line in text.splitlines() if line.startswith("PEER_SERVER_READY")]
-            if ready:
-                self.port = int(ready[0].split("port=")[1].split()[0])
-                return self
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"peer server did not start (rc={self.proc.poll()}):\n{text[-2000:]}")
-            time.sleep(0.1)  # polling a child's log for readiness, bounded by the deadline above
-
-    def signal(self, sig: int) -> None:
-        os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                self.proc.send_signal(signal.SIGCONT)
-                self.proc.kill()
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
 
 
 def tree_rss(pid: int) -> int:
@@ -304,17 +251,9 @@ def _verify(reference: Server, finals: List[Tuple[dict, List[int]]], limit: int,
 
 def _peer_used_pages(peer: PeerProcess) -> int:
     """Pages the peer holds at the end (-1 if it does not answer): shows the write-back reached the peer tier."""
-    import socket
-
-    from transfer.base import TransferError
-    from transfer.control import recv_message, send_message
-
-    deadline = time.monotonic() + 5
     try:
-        with socket.create_connection(("127.0.0.1", peer.port), timeout=5) as sock:
-            send_message(sock, {"op": "stats"}, deadline)
-            return int(recv_message(sock, deadline)[0]["stats"]["used_pages"])
-    except (OSError, TransferError, KeyError):
+        return int(peer_stats(peer.port)["used_pages"])
+    except (OSError, RuntimeError, KeyError):
         return -1
 
 

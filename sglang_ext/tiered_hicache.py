@@ -22,7 +22,6 @@ Threading: the scheduler thread only, like HiRadixCache's tree (the copies run o
 from __future__ import annotations
 
 import itertools
-from typing import Optional
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.hiradix_cache import HiRadixCache

@@ -5,13 +5,12 @@ answer, within the request deadline) and the tier hits again once the peer is ba
 """
 
 import random
-import socket
 import time
 
 import pytest
 
+from benchmarks.servers import wait_for_peer_pages
 from tests.support import start_server
-from transfer.control import recv_message, send_message
 
 pytestmark = pytest.mark.server
 WORDS = "cache token prefix session tenant model server request reply host device peer memory block page tree".split()
@@ -23,19 +22,9 @@ def words(seed: int, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def peer_stats(peer) -> dict:
-    deadline = time.monotonic() + 5
-    with socket.create_connection(("127.0.0.1", peer.port), timeout=5) as sock:
-        send_message(sock, {"op": "stats"}, deadline)
-        return recv_message(sock, deadline)[0]["stats"]
-
-
 def wait_for_pages(peer, at_least: int, deadline_s: float = BACKUP_DEADLINE_S) -> None:
-    """A's write-back to the peer is asynchronous: poll the peer's own count, bounded by a deadline."""
-    deadline = time.monotonic() + deadline_s
-    while peer_stats(peer)["used_pages"] < at_least:
-        assert time.monotonic() < deadline, f"peer holds {peer_stats(peer)['used_pages']} < {at_least} pages"
-        time.sleep(0.2)
+    """A's write-back to the peer is asynchronous: poll the peer's own page count, bounded by a deadline."""
+    wait_for_peer_pages(peer.port, at_least, deadline_s)
 
 
 @pytest.fixture(scope="module")

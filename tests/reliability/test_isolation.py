@@ -19,7 +19,8 @@ import pytest
 
 from sglang_ext.peer_server import page_checksum, scoped_key
 from sglang_ext.serving_cache import tenant_label
-from tests.reliability.conftest import peer_stats, server_args, wait_for_peer_pages
+from benchmarks.servers import peer_stats, wait_for_peer_pages
+from tests.reliability.conftest import server_args
 from tests.support import start_server
 from transfer.control import recv_message, send_message
 

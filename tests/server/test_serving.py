@@ -2,7 +2,6 @@
 
 import random
 
-import pytest
 
 WORDS = "cache token prefix session tenant model server request reply host device peer memory block page tree".split()
 
