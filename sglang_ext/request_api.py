@@ -69,8 +69,9 @@ def check_session_params(params) -> None:
         expected = SESSION_FIELDS.get(name)
         if expected is None:
             raise BadRequest(f"session_params has an unknown field {name!r}")
-        if value is not None and (type(value) is not expected or (expected is int and value < 0)):
-            raise BadRequest(f"session_params.{name} must be {'a non-negative ' if expected is int else 'a '}"
+        if value is not None and (type(value) is not expected or (expected is int and value < 0)
+                                  or (expected is str and not value)):
+            raise BadRequest(f"session_params.{name} must be {'a non-negative ' if expected is int else 'a non-empty '}"
                              f"{expected.__name__} or null, got {value!r}")
 
 
