@@ -529,16 +529,21 @@ class PeerClient:
         todo = [i for i, s in enumerate(slots) if s["state"] == "alloc"]
         if not todo:
             return out
-        local, remote = [], []
-        for i in todo:
-            local.extend(pages[i])
-            remote.extend(self._remote(slots[i]["offset"], pages[i]))
+        local, remote = self._ranges(todo, [s and s.get("offset") for s in slots], pages)
         self.transport.write(self._peer, local, remote, deadline)
         body = {"op": "commit", "ns": ns, "keys": [keys[i] for i in todo], "checksums": [sums[i] for i in todo]}
         resp, _ = self._roundtrip(body, deadline)
         for i, ok in zip(todo, resp["stored"]):
             out[i] = bool(ok)
         return out
+
+    def _ranges(self, todo, offsets, pages):
+        """Local and remote ranges of pages `todo` (one prepared transfer for all of them)."""
+        local, remote = [], []
+        for i in todo:
+            local.extend(pages[i])
+            remote.extend(self._remote(offsets[i], pages[i]))
+        return local, remote
 
     def get(self, ns: str, keys: Sequence[str], pages: Sequence[Sequence[Range]]) -> List[bool]:
         """Read pages into `pages`; True where the bytes arrived and their checksum matched.
@@ -554,10 +559,7 @@ class PeerClient:
         out = [False] * len(keys)
         if not todo:
             return out
-        local, remote = [], []
-        for i in todo:
-            local.extend(pages[i])
-            remote.extend(self._remote(found[i]["offset"], pages[i]))
+        local, remote = self._ranges(todo, [f and f["offset"] for f in found], pages)
         self.transport.read(self._peer, local, remote, deadline)
         bad = []
         for i in todo:
