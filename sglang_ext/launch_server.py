@@ -68,6 +68,16 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def model_path_of(argv: List[str]) -> str:
+    """The model the server will load: `--model-path` / `--model`, else the embedded default."""
+    path = flag_value(argv, "--model-path") or flag_value(argv, "--model")
+    if path is None:
+        from sglang_ext.embedded_model import ensure_embedded_model
+
+        path = str(ensure_embedded_model())
+    return path
+
+
 def apply_peer_tier(argv: List[str], tier_config) -> List[str]:
     """`--tier-peers` puts the peer tier under HiCache: L3 = the project's `dynamic` PeerStorage backend."""
     if not tier_config.peers:
@@ -77,7 +87,9 @@ def apply_peer_tier(argv: List[str], tier_config) -> List[str]:
         raise LaunchError(f"--tier-peers sets the storage backend itself; drop --hicache-storage-backend {backend}")
     if has_flag(argv, "--hicache-storage-backend-extra-config"):
         raise LaunchError("--tier-peers sets the storage config itself; drop --hicache-storage-backend-extra-config")
-    argv = list(argv) + tier_config.storage_args()
+    from tiers.keys import weights_revision
+
+    argv = list(argv) + tier_config.storage_args(weights_revision(model_path_of(argv)))
     if not has_flag(argv, "--enable-hierarchical-cache"):
         argv.append("--enable-hierarchical-cache")
     return argv
@@ -106,9 +118,7 @@ def apply_defaults(argv: List[str], cuda: bool) -> tuple[List[str], List[str]]:
     if not has_flag(argv, "--radix-cache-backend"):
         argv += ["--radix-cache-backend", "tiered"]
     if not has_flag(argv, "--model-path") and not has_flag(argv, "--model"):
-        from sglang_ext.embedded_model import ensure_embedded_model
-
-        argv += ["--model-path", str(ensure_embedded_model())]
+        argv += ["--model-path", model_path_of(argv)]
         added.append("embedded tiny model")
     if cuda:
         return argv, added
@@ -187,6 +197,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         register()  # `--radix-cache-backend` accepts only registered names
         tier_config, argv = split_tier_args(argv)
         argv, added = apply_defaults(apply_peer_tier(argv, tier_config), cuda)
+        if has_flag(argv, "--enable-hierarchical-cache"):
+            tier_config.check_host_tier()
         check_host_memory(argv)
         os.environ["SGLANG_EXT_TIER_CONFIG"] = tier_config.to_env()
         from sglang.srt.server_args import prepare_server_args

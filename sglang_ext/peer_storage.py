@@ -84,9 +84,9 @@ def rendezvous_order(key: str, peer_ids: Sequence[str]) -> List[int]:
     return sorted(range(len(peer_ids)), key=score, reverse=True)
 
 
-def _namespace(config: HiCacheStorageConfig, tenant: str) -> str:
+def _namespace(config: HiCacheStorageConfig, tenant: str, revision: str) -> str:
     model = (config.model_name or "").replace("/", "-")
-    parts = [f"tenant={tenant}", f"model={model}"]
+    parts = [f"tenant={tenant}", f"model={model}", f"rev={revision}"]
     if not config.is_mla_model:
         parts.append(f"tp={config.tp_rank}/{config.tp_size}")
     if config.pp_size > 1:
@@ -112,7 +112,7 @@ class PeerStorage(HiCacheStorage):
         self.replicate_after = int(extra.get("replicate_after_hits", 2))
         if self.timeout_s <= 0 or self.backoff_s < 0 or self.replicate_after < 1:
             raise ValueError("peer storage: need peer_timeout_s > 0, peer_backoff_s >= 0, replicate_after_hits >= 1")
-        self._base_ns = _namespace(storage_config, str(extra.get("tenant", "")))
+        self._base_ns = _namespace(storage_config, str(extra.get("tenant", "")), str(extra.get("model_revision", "")))
         self.namespace = ""  # completed by register_mem_pool_host (dtype, layout, page size)
         self._peer_ids = [f"{h}:{p}" for h, p in self.peers]
         self._transport = transport  # created at registration when not injected (no side effects here)

@@ -55,7 +55,8 @@ def build_tree_cache(ctx):
     if ctx.enable_hierarchical_cache:
         from sglang_ext.tiered_hicache import TieredHiRadixCache
 
-        cache = TieredHiRadixCache(ctx.params, ctx.server_args, retention_budget=config.retention_budget,
+        cache = TieredHiRadixCache(ctx.params, ctx.server_args, policy=config.policy,
+                                   retention_budget=config.retention_budget,
                                    enable_metrics=bool(ctx.server_args.enable_metrics))
         # The forward pass waits on this counter for host->device loads (see sglang registry.py).
         ctx.tp_worker.register_hicache_layer_transfer_counter(cache.cache_controller.layer_done_counter)

@@ -20,6 +20,9 @@ from sglang_ext.request_api import TTL_PARAM
 from sglang_ext.tiered_cache import TieredRadixCache
 
 
+HIT_TIERS = ("device", "host", "storage")
+
+
 def request_ttl_s(req) -> Optional[float]:
     params = getattr(getattr(req, "sampling_params", None), "custom_params", None)
     value = params.get(TTL_PARAM) if isinstance(params, dict) else None
@@ -33,11 +36,12 @@ def tenant_label(salt: Optional[str]) -> str:
 
 
 class PrometheusCounters:
-    """Monotonic counters mirrored from TierStats / Retention by delta, so the hot path never touches them."""
+    """Monotonic counters mirrored by delta from the cache's own per-tier counters, so the hot path never touches
+    them. Only the events named here are exported (gauges such as retained tokens are not counters)."""
 
-    FIELDS = ("inserts", "admissions_rejected", "rejected_tokens", "evictions", "evicted_tokens",
+    EVENTS = ("inserts", "admissions_rejected", "rejected_tokens", "evictions", "evicted_tokens",
               "retained_evictions", "hit_requests", "hit_tokens", "retains", "ttl_refreshes", "ttl_expiries",
-              "host_admitted", "host_rejected", "demotions", "sketch_resets")
+              "admitted", "rejected", "demotions", "dropped", "sketch_resets")
 
     def __init__(self):
         from prometheus_client import Counter
@@ -46,12 +50,15 @@ class PrometheusCounters:
                                 ["event", "tier"])
         self._last = {}
 
-    def sync(self, values: dict, tier: str = "device") -> None:
-        for name in self.FIELDS:
-            delta = values.get(name, 0) - self._last.get(name, 0)
-            if delta > 0:
-                self._counter.labels(event=name, tier=tier).inc(delta)
-        self._last = {name: values.get(name, 0) for name in self.FIELDS}
+    def sync(self, per_tier: dict) -> None:
+        """`per_tier`: {tier: {event: running total}}."""
+        for tier, values in per_tier.items():
+            for name in self.EVENTS:
+                value = values.get(name, 0)
+                delta = value - self._last.get((tier, name), 0)
+                if delta > 0:
+                    self._counter.labels(event=name, tier=tier).inc(delta)
+                self._last[(tier, name)] = value
 
 
 class ServedRequests:
@@ -62,7 +69,18 @@ class ServedRequests:
 
     def _init_served(self, enable_metrics: bool) -> None:
         self._served = {"hit_requests": 0, "hit_tokens": 0}
+        # SGLang splits each request's cached prefix by where it came from (device / host / storage=peer tier)
+        self._tier_hits = {tier: {"hit_requests": 0, "hit_tokens": 0} for tier in HIT_TIERS}
         self._metrics = PrometheusCounters() if enable_metrics else None
+
+    def _count_hits(self, req) -> None:
+        cached = getattr(req, "cached_tokens", 0) or 0
+        self._served["hit_requests"] += cached > 0
+        self._served["hit_tokens"] += cached
+        for tier, hits in self._tier_hits.items():
+            n = getattr(req, f"cached_tokens_{tier}", 0) or 0
+            hits["hit_requests"] += n > 0
+            hits["hit_tokens"] += n
 
     def cache_unfinished_req(self, req, *args, **kwargs):
         self._request_ttl_s = request_ttl_s(req)
@@ -73,15 +91,13 @@ class ServedRequests:
 
     def cache_finished_req(self, req, *args, **kwargs):
         self._request_ttl_s = request_ttl_s(req)
-        cached = getattr(req, "cached_tokens", 0) or 0
-        self._served["hit_requests"] += cached > 0
-        self._served["hit_tokens"] += cached
+        self._count_hits(req)
         try:
             return super().cache_finished_req(req, *args, **kwargs)
         finally:
             self._request_ttl_s = None
             if self._metrics is not None:
-                self._metrics.sync(self.counters())
+                self._metrics.sync(self.tier_counters())
 
 
 class ServingTieredCache(ServedRequests, TieredRadixCache):
@@ -100,6 +116,9 @@ class ServingTieredCache(ServedRequests, TieredRadixCache):
                      ttl_refreshes=retention.refreshes, ttl_expiries=retention.expiries,
                      retained_tokens=retention.retained_size)
         return stats
+
+    def tier_counters(self) -> dict:
+        return {"device": self.counters()}
 
     def occupancy_by_tenant(self) -> dict:
         out = {}

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
+# With the host tier on, --tier-policy picks HiRadixCache's eviction order (see tiered_hicache): these names only.
+HOST_TIER_POLICIES = ("tinylfu", "lru", "lfu", "slru")
 
 
 class TierConfigError(ValueError):
@@ -51,6 +53,13 @@ class TierConfig:
             raise TierConfigError(f"--tier-retention-budget: must be a fraction in (0, 1], got {self.retention_budget}")
         return self
 
+    def check_host_tier(self) -> None:
+        """The host tier (HiCache) is on: the policy must be one HiRadixCache can order by."""
+        if self.policy not in HOST_TIER_POLICIES:
+            raise TierConfigError(f"--tier-policy: {self.policy!r} does not apply with the host tier on "
+                                  f"(--enable-hierarchical-cache or --tier-peers); choose one of "
+                                  f"{', '.join(HOST_TIER_POLICIES)}")
+
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
@@ -62,10 +71,11 @@ class TierConfig:
         fields = json.loads(raw)
         return cls(**{**fields, "peers": tuple(fields.get("peers", ()))})
 
-    def storage_args(self) -> list:
-        """SGLang flags that put the peer tier under HiCache as its L3 (a `dynamic` storage backend)."""
+    def storage_args(self, model_revision: str = "") -> list:
+        """SGLang flags that put the peer tier under HiCache as its L3 (a `dynamic` storage backend).
+        `model_revision` (tiers.keys.weights_revision) goes into every peer key's namespace."""
         extra = {"backend_name": "peer", "module_path": "sglang_ext.peer_storage", "class_name": "PeerStorage",
-                 "interface_v1": 1, "peers": ",".join(self.peers)}
+                 "interface_v1": 1, "peers": ",".join(self.peers), "model_revision": model_revision}
         return ["--hicache-storage-backend", "dynamic", "--hicache-storage-backend-extra-config", json.dumps(extra)]
 
 

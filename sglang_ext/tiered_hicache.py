@@ -10,11 +10,19 @@ device<->host copies; this subclass changes only the decisions, at SGLang's own 
   eviction can demote it instead of dropping it), or if the host pool has room, or, when the pool is full, if
   its TinyLFU frequency (tiers.sketch, counted on every insert walk) beats that of the coldest of a small sample
   of evictable host leaves (Caffeine's admission, with its anti-flooding jitter). Rejections are counted.
+- Eviction order (device and host): `--tier-policy` picks it. `tinylfu` evicts the leaf with the lowest
+  frequency in the same aged sketch first (TinyLFU's eviction side), the least recently used among equals;
+  `lru` / `lfu` / `slru` are SGLang's own orders of those names. HiRadixCache still walks the tree (leaves
+  only, a parent once its children are gone, locked nodes skipped); only the order is ours. The class-based
+  tree policies of `tiers/policies` need insert/remove notifications that HiRadixCache's many device<->host
+  paths do not give in one place, so they drive the device-only cache (tiered_cache), not this one.
 - Retention (tiers.retention): a request's TTL (from `cache_control` or the session default, carried as in
-  serving_cache) retains the nodes of its prompt; a hit refreshes them. Device and host eviction both sort by
-  `(retained, SGLang's own priority)`, so retained nodes go last, and a retained node leaving the device is
-  always demoted (it was backed up at admission), never dropped while it is retained.
-- Counters for `/tiers/stats` and Prometheus, as ServingTieredCache has for the device-only cache.
+  serving_cache) retains the nodes of its prompt; a hit refreshes them. Every order is wrapped so that
+  retained nodes go last, and a retained node leaving the device is always demoted (it was backed up at
+  admission), never dropped while it is retained.
+- Counters per tier for `/tiers/stats` and Prometheus: hits (device / host / storage, from SGLang's own split
+  of each request's cached prefix), host admissions and rejections, device evictions (demoted or dropped),
+  host evictions, retention and sketch events.
 
 Threading: the scheduler thread only, like HiRadixCache's tree (the copies run on the controller's threads).
 """
@@ -25,13 +33,25 @@ import itertools
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
+from sglang.srt.mem_cache.utils import get_eviction_strategy
 
 from sglang_ext.serving_cache import ServedRequests, tenant_label
+from sglang_ext.tier_config import TierConfig
 from tiers.clock import MonotonicClock
 from tiers.retention import Retention
 from tiers.sketch import FrequencySketch
 
 HOST_VICTIM_SAMPLE = 16
+
+
+class TinyLFUOrder:
+    """An SGLang eviction strategy: least frequent first by the aged sketch, least recently used among equals."""
+
+    def __init__(self, sketch: FrequencySketch, key_of):
+        self.sketch, self.key_of = sketch, key_of
+
+    def get_priority(self, node):
+        return (self.sketch.estimate(self.key_of(node)), node.last_access_time)
 
 
 class RetainedLast:
@@ -45,9 +65,12 @@ class RetainedLast:
 
 
 class TieredHiRadixCache(ServedRequests, HiRadixCache):
-    def __init__(self, params, server_args, *, retention_budget: float = 0.5, enable_metrics: bool = False,
-                 clock=None):
-        self._n = dict(host_admitted=0, host_rejected=0, demotions=0)
+    def __init__(self, params, server_args, *, policy: str = "tinylfu", retention_budget: float = 0.5,
+                 enable_metrics: bool = False, clock=None):
+        TierConfig(policy=policy).check_host_tier()
+        self._policy_name = policy
+        self._n = dict(host_admitted=0, host_rejected=0, demotions=0, dropped=0, device_evicted_tokens=0,
+                       host_evicted_tokens=0)
         super().__init__(params, server_args)
         self._init_served(enable_metrics)
         device_tokens = max(1, int(self.token_to_kv_pool_allocator.size))
@@ -55,7 +78,9 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         # Retained prefixes end up in host memory (demoted, not dropped): the budget is a fraction of the host tier.
         self.retention = Retention(max(device_tokens, host_tokens), clock or MonotonicClock(), retention_budget)
         self.sketch = FrequencySketch(max(64, host_tokens // 16), seed=0)
-        self.eviction_strategy = RetainedLast(self.eviction_strategy, self.retention)
+        order = (TinyLFUOrder(self.sketch, self._sketch_key) if policy == "tinylfu"
+                 else get_eviction_strategy(policy))
+        self.eviction_strategy = RetainedLast(order, self.retention)
 
     # ---- admission to the host tier ----
     def _sketch_key(self, node) -> int:
@@ -114,15 +139,43 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             node = node.parent
         return result
 
+    # ---- eviction counts (the order is the strategy's) ----
+    def evict(self, params):
+        result = super().evict(params)
+        self._n["device_evicted_tokens"] += result.num_tokens_evicted
+        return result
+
     def _evict_backuped(self, node):
         self._n["demotions"] += 1
         return super()._evict_backuped(node)
+
+    def _evict_regular(self, node):
+        self._n["dropped"] += 1
+        return super()._evict_regular(node)
+
+    def evict_host(self, num_tokens: int):
+        host = self.cache_controller.mem_pool_host
+        before = host.available_size()
+        result = super().evict_host(num_tokens)
+        self._n["host_evicted_tokens"] += max(0, host.available_size() - before)
+        return result
 
     # ---- observability ----
     def counters(self) -> dict:
         r = self.retention
         return {**self._n, **self._served, "retains": r.retains, "ttl_refreshes": r.refreshes,
                 "ttl_expiries": r.expiries, "retained_tokens": r.retained_size, "sketch_resets": self.sketch.resets}
+
+    def tier_counters(self) -> dict:
+        n, r, hits = self._n, self.retention, self._tier_hits
+        return {
+            "device": {**hits["device"], "evictions": n["demotions"] + n["dropped"], "demotions": n["demotions"],
+                       "dropped": n["dropped"], "evicted_tokens": n["device_evicted_tokens"],
+                       "retains": r.retains, "ttl_refreshes": r.refreshes, "ttl_expiries": r.expiries},
+            "host": {**hits["host"], "admitted": n["host_admitted"], "rejected": n["host_rejected"],
+                     "evicted_tokens": n["host_evicted_tokens"], "sketch_resets": self.sketch.resets},
+            "storage": dict(hits["storage"]),
+        }
 
     def tier_stats_dict(self) -> dict:
         host = self.cache_controller.mem_pool_host
@@ -136,13 +189,16 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
                 entry["device_tokens"] += 0 if n.evicted else len(n.key)
                 entry["host_tokens"] += len(n.key) if n.backuped else 0
                 stack.extend(n.children.values())
+        occupancy = {
+            "device": {"capacity_tokens": int(self.token_to_kv_pool_allocator.size),
+                       "used_tokens": int(self.evictable_size_ + self.protected_size_)},
+            "host": {"capacity_tokens": int(host.size), "used_tokens": int(host.size - host.available_size())},
+            "storage": {},
+        }
+        per_tier = self.tier_counters()
         return {
-            "policy": "tinylfu-admission",
-            "tiers": {
-                "device": {"capacity_tokens": int(self.token_to_kv_pool_allocator.size),
-                           "used_tokens": int(self.evictable_size_ + self.protected_size_)},
-                "host": {"capacity_tokens": int(host.size), "used_tokens": int(host.size - host.available_size())},
-            },
+            "policy": f"{self._policy_name} (host admission: tinylfu)",
+            "tiers": {tier: {**occupancy[tier], **per_tier[tier]} for tier in per_tier},
             "counters": self.counters(),
             "tenants": dict(sorted(tenants.items())),
         }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 import struct
 from typing import List, Optional, Sequence
@@ -76,3 +77,21 @@ def scope_storage_key(ns: Namespace, storage_key: str) -> str:
     if not isinstance(storage_key, str) or not _HEX64.match(storage_key):
         raise ValueError(f"storage key must be 64 lowercase hex characters, got {storage_key!r}")
     return f"{ns.digest[:32]}-{storage_key}"
+
+
+def weights_revision(model_path: str) -> str:
+    """The revision of a model directory's files, for `Namespace.revision`: a digest over each top-level file's
+    resolved name, size and modification time. Conservative: new weights written in place (same path, same
+    served name) always change it; a touch or copy changes it too, which only costs misses. A path that is not
+    a local directory (a hub id) gives "" and is identified by its name alone."""
+    if not os.path.isdir(model_path):
+        return ""
+    h = hashlib.sha256(b"tiered-kv-weights-v1")
+    for name in sorted(os.listdir(model_path)):
+        path = os.path.join(model_path, name)
+        real = os.path.realpath(path)  # a hub cache links to blobs named by their content hash
+        if not os.path.isfile(real):
+            continue
+        st = os.stat(real)
+        h.update(f"{name}\0{os.path.basename(real)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]

@@ -20,6 +20,7 @@ def launch(*args, timeout=180):
     (["--tier-policy", "nonsense"], "--tier-policy"),
     (["--tier-session-ttl", "-5"], "--tier-session-ttl"),
     (["--tier-retention-budget", "3"], "--tier-retention-budget"),
+    (["--enable-hierarchical-cache", "--tier-policy", "mypkg.policies:Custom"], "--tier-policy"),
     (["--enable-hierarchical-cache", "--hicache-size", "100000"], "--hicache-size"),
     (["--tier-peers", "127.0.0.1:1", "--hicache-storage-backend", "file"], "--hicache-storage-backend"),
 ])

@@ -266,3 +266,19 @@ def test_four_threads_at_once(two_peers):
     assert not errors and not any(t.is_alive() for t in threads)
     assert all(torch.equal(a, b) for a, b in zip(page_bytes(pool, 0, 48), want))
     s.close()
+
+
+def test_a_new_model_revision_never_reads_old_pages(two_peers):
+    """Same model name, new weights (another `model_revision`): the old revision's pages are never served."""
+    pool_old, pool_new = host_pool(), host_pool()
+    old = storage(two_peers, pool_old, model_revision="rev-1")
+    new = storage(two_peers, pool_new, model_revision="rev-2")
+    ks, n = hexkeys(6, "r"), 6
+    assert all(old.batch_set_v1(ks, indices(0, n)))
+    before = page_bytes(pool_new, 0, n)
+    assert new.batch_exists(ks) == 0
+    assert new.batch_get_v1(ks, indices(0, n)) == [False] * n
+    assert all(torch.equal(x, y) for x, y in zip(page_bytes(pool_new, 0, n), before))
+    assert old.batch_exists(ks) == n
+    old.close()
+    new.close()

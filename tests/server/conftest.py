@@ -31,7 +31,8 @@ def nocache_server(server_logs):
 @pytest.fixture(scope="session")
 def hicache_server(server_logs):
     """A small device pool (600 tokens) over a host tier twice its size, so eviction is easy to force."""
-    server = start_server(["--enable-hierarchical-cache", "--max-total-tokens", "600", "--enable-cache-report"],
+    server = start_server(["--enable-hierarchical-cache", "--max-total-tokens", "600", "--enable-cache-report",
+                           "--enable-metrics"],
                           server_logs, "hicache")
     yield server
     server.stop()

@@ -38,6 +38,14 @@ def chat(server, messages, cache_control=None, **extra):
     return server.post("/v1/chat/completions", body)
 
 
+def metric(text: str, event: str, tier: str = "device") -> float:
+    """One `sglang_ext_tier_events_total` counter from a /metrics page (0 before it first moves)."""
+    for line in text.splitlines():
+        if line.startswith("sglang_ext_tier_events_total{") and f'event="{event}"' in line and f'tier="{tier}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def flood_scenario(server, seed: int):
     """A session warms a 250-word system prompt over 3 turns with a 5m TTL, then 12 one-shot 280-word prompts
     (about 3x the 1200-token device pool) flood the server; returns (warm prompt tokens, next turn's hit)."""
@@ -78,10 +86,18 @@ def test_tenants_never_share_in_the_host_tier(hicache_server):
     hicache_server.generate(prompt, cache_salt="host-a", return_cached_tokens_details=True)
     for seed in (22, 23):  # push the prompt out of the 600-token device pool into the host tier
         hicache_server.generate(words(seed, 300), cache_salt="host-a")
+    before, metrics_before = hicache_server.get("/tiers/stats"), hicache_server.get("/metrics")
     b = hicache_server.generate(prompt, cache_salt="host-b", return_cached_tokens_details=True)
     a = hicache_server.generate(prompt, cache_salt="host-a", return_cached_tokens_details=True)
+    after, metrics_after = hicache_server.get("/tiers/stats"), hicache_server.get("/metrics")
     assert b["meta_info"]["cached_tokens"] == 0
-    assert a["meta_info"]["cached_tokens_details"]["host"] > 0
+    host_hit = a["meta_info"]["cached_tokens_details"]["host"]
+    assert host_hit > 0
+    # the host hit is counted on the host tier, in /tiers/stats and in Prometheus
+    assert after["tiers"]["host"]["hit_tokens"] - before["tiers"]["host"]["hit_tokens"] == host_hit
+    assert after["tiers"]["host"]["hit_requests"] == before["tiers"]["host"]["hit_requests"] + 1
+    assert (metric(metrics_after, "hit_tokens", "host") - metric(metrics_before, "hit_tokens", "host")
+            == host_hit)
 
 
 INVALID_CACHE_CONTROL = [
@@ -121,10 +137,6 @@ def test_invalid_cache_salt_is_a_400(tiered_small):
 
 
 def test_stats_and_metrics_move_as_the_scenario_says(tiered_small):
-    def metric(text, event):
-        m = re.search(r'sglang_ext_tier_events_total\{[^}]*event="%s"[^}]*\} ([0-9.e+]+)' % event, text)
-        return float(m.group(1)) if m else 0.0
-
     before, metrics_before = tiered_small.get("/tiers/stats"), tiered_small.get("/metrics")
     messages = [{"role": "user", "content": words(40, 120)}]
     chat(tiered_small, messages, TTL)
@@ -147,4 +159,13 @@ def test_flood_retained_session_survives_with_the_host_tier(hicache_server):
     after = hicache_server.get("/tiers/stats")
     assert hit >= warm, (hit, warm)
     assert after["counters"]["retains"] > before["counters"]["retains"]
-    assert after["tiers"]["host"]["used_tokens"] <= after["tiers"]["host"]["capacity_tokens"]
+    b, a = before["tiers"], after["tiers"]
+    assert a["host"]["used_tokens"] <= a["host"]["capacity_tokens"]
+    # per-tier counters: the flood pushed nodes off the device (demoted or dropped) and past the host pool
+    # (refused at admission or evicted), and the session's last turn was a hit from device or host
+    assert a["device"]["evictions"] > b["device"]["evictions"]
+    assert a["device"]["evicted_tokens"] > b["device"]["evicted_tokens"]
+    assert a["device"]["demotions"] > b["device"]["demotions"]
+    assert a["host"]["admitted"] > b["host"]["admitted"]
+    assert a["host"]["rejected"] + a["host"]["evicted_tokens"] > b["host"]["rejected"] + b["host"]["evicted_tokens"]
+    assert sum(a[t]["hit_tokens"] - b[t]["hit_tokens"] for t in ("device", "host")) >= hit

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -48,3 +50,20 @@ def test_bad_namespace():
         Namespace("")
     with pytest.raises(ValueError):
         Namespace("m", page_size=0)
+
+
+def test_weights_revision_changes_when_weights_are_rewritten_in_place(tmp_path):
+    from tiers.keys import weights_revision
+
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\x01" * 64)
+    (tmp_path / "config.json").write_text("{}")
+    os.utime(weights, ns=(1_000_000_000, 1_000_000_000))
+    first = weights_revision(str(tmp_path))
+    assert first and weights_revision(str(tmp_path)) == first  # stable while nothing changes
+    weights.write_bytes(b"\x02" * 64)  # same path, same size, new bytes and a new modification time
+    os.utime(weights, ns=(2_000_000_000, 2_000_000_000))
+    assert weights_revision(str(tmp_path)) != first
+    assert weights_revision(str(tmp_path / "no-such-dir")) == ""
+    ns = [Namespace("m", revision=r) for r in (first, weights_revision(str(tmp_path)))]
+    assert block_keys(ns[0], list(range(8)), 4) != block_keys(ns[1], list(range(8)), 4)
