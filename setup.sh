@@ -37,6 +37,8 @@ log "mode: $MODE"
 PY=.venv/bin/python
 PIP=(.venv/bin/pip install --disable-pip-version-check --progress-bar off)
 DEV_DEPS=$("$PY" -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml','rb'))['project']['optional-dependencies']['dev']))")
+# sglang-router (cache-aware routing in front of replicas), pinned in pyproject.toml's `router` extra
+ROUTER_DEPS=$("$PY" -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml','rb'))['project']['optional-dependencies']['router']))")
 
 stamp_file=.venv/.sglang_ext-setup-stamp
 stamp=$( { echo "$MODE"; cat setup.sh pyproject.toml; } | sha256sum | cut -c1-16)
@@ -49,11 +51,11 @@ else
   "${PIP[@]}" "torch==$TORCH_VERSION"
   if [ "$MODE" = cuda ]; then
     log "installing sglang==$SGLANG_VERSION with its own dependencies"
-    "${PIP[@]}" -c "$constraints" "sglang==$SGLANG_VERSION" "$NIXL_PKG==$NIXL_VERSION" $DEV_DEPS
+    "${PIP[@]}" -c "$constraints" "sglang==$SGLANG_VERSION" "$NIXL_PKG==$NIXL_VERSION" $DEV_DEPS $ROUTER_DEPS
   else
     log "installing sglang==$SGLANG_VERSION (no CUDA dependencies) and its CPU runtime dependencies"
     "${PIP[@]}" --no-deps "sglang==$SGLANG_VERSION" xgrammar==0.2.1
-    "${PIP[@]}" -c "$constraints" "${CPU_RUNTIME_DEPS[@]}" "$NIXL_PKG==$NIXL_VERSION" $DEV_DEPS
+    "${PIP[@]}" -c "$constraints" "${CPU_RUNTIME_DEPS[@]}" "$NIXL_PKG==$NIXL_VERSION" $DEV_DEPS $ROUTER_DEPS
   fi
   log "installing this project (editable: registers the sglang.srt.plugins entry point)"
   "${PIP[@]}" --no-deps --no-build-isolation -e .
