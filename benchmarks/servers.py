@@ -213,3 +213,21 @@ def wait_for_peer_pages(port: int, at_least: int, deadline_s: float = 60.0) -> N
     while peer_stats(port)["used_pages"] < at_least:
         assert time.monotonic() < deadline, f"peer holds {peer_stats(port)['used_pages']} < {at_least} pages"
         time.sleep(0.2)  # polling another process's counter, bounded by the deadline above
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants (SGLang's scheduler and detokenizer are children)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total

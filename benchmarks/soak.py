@@ -13,17 +13,24 @@ Design
   sessions carry `cache_control` TTLs. About one request in ten is a bad input (invalid cache_control or
   salt) that must be a 4xx with a message. The run stops by itself after `--duration` seconds (sessions in
   flight finish their current request, each bounded by the request deadline).
-- Faults (`--faults`): the peer is SIGKILLed and restarted on the same port, then frozen (SIGSTOP) for longer
-  than the client's peer timeout and thawed. A tier fault must never be visible to a client.
+- Faults (`--faults`, see soak_faults.py): peer killed and restarted, server restarted with the peer kept, peer
+  frozen, host memory pressure, model weights rewritten in place. A fault must never be visible to a client
+  as an error or a wrong answer; a probe prompt shows where a restarted server finds a prefix (the peer), and
+  that after a weights change it finds it nowhere. The run is extended by the time the server swaps take, so
+  the sessions get the whole `--duration` of load.
+- The tiered server runs a host tier only 1.5x its device pool, so the host tier is full most of the run and
+  prefixes come back from the peer tier.
 - Checks after the load: `locks` in /tiers/stats reach zero (polled with a deadline: HiCache write-backs hold
-  node locks until the copy is acknowledged), RSS of the server's process tree after warm-up vs at the end.
+  node locks until the copy is acknowledged); the host pool's used tokens equal the tokens of the tree's
+  host-backed nodes; the peer's slots add up (used + writing + free = capacity); RSS of
+  the server's process tree after warm-up vs at the end (with faults: the last server started).
 """
 
 from __future__ import annotations
 
 import json
 import random
-import signal
+import shutil
 import tempfile
 import threading
 import time
@@ -31,7 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from benchmarks.servers import PeerProcess, Server, peer_stats, start_server
+from benchmarks.servers import PeerProcess, Server, peer_stats, start_server, tree_rss
+from benchmarks.soak_faults import FaultInjector, LiveTarget
 
 WORDS = ("cache token prefix session tenant model server request reply host device peer memory block page tree "
          "agent tool plan step answer question context window retry budget").split()
@@ -46,6 +54,7 @@ BAD_INPUTS = (
 )
 LOCKS_DEADLINE_S = 60.0
 REQUEST_TIMEOUT_S = 120.0
+HOST_RATIO = "1.5"  # host tier = 1.5x the device pool: full most of the run
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,10 @@ class SoakResult:
     bad_inputs: int
     bad_input_failures: int
     faults_injected: int
+    faults_by_kind: Dict[str, int]
     fault_log: Tuple[str, ...]
+    probes: Dict[str, Dict[str, int]]  # cached tokens by tier of a known prompt after each server swap
+    stale_hits_after_revision: int
     leaked_lock_refs: int
     locks: Dict[str, int]
     duration_s: float
@@ -84,36 +96,30 @@ class SoakResult:
     verified_sessions: int
     output_mismatches: int
     peer_used_pages: int
+    host_used_tokens: int
+    host_tree_tokens: int
+    peer_slots: Dict[str, int]
+    tier_counters: Dict[str, Dict[str, int]]  # /tiers/stats per tier at the end (the last server's)
     errors: Tuple[str, ...] = field(default=())
+
+    @property
+    def accounting_ok(self) -> bool:
+        p = self.peer_slots
+        # slots are conserved; some may still be `writing` (a write abandoned by a stopped server keeps its
+        # lease until it runs out, then the slot is reclaimed)
+        peer_ok = not p or p["used"] + p["writing"] + p["free"] == p["capacity"]
+        return self.host_used_tokens == self.host_tree_tokens and peer_ok
 
     @property
     def ok(self) -> bool:
         return self.failures == 0 and self.bad_input_failures == 0 and self.leaked_lock_refs == 0 \
-            and self.output_mismatches == 0
+            and self.output_mismatches == 0 and self.stale_hits_after_revision == 0 and self.accounting_ok
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "ok": self.ok}
+        return {**asdict(self), "accounting_ok": self.accounting_ok, "ok": self.ok}
 
 
 # --- processes ---------------------------------------------------------------------------------------
-
-
-def tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants (SGLang's scheduler and detokenizer are children)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 # --- load --------------------------------------------------------------------------------------------
@@ -136,7 +142,7 @@ class _Tally:
     prompt_tokens: int = 0
     hits: Dict[str, int] = field(default_factory=dict)
     errors: List[str] = field(default_factory=list)
-    finals: List[Tuple[dict, List[int]]] = field(default_factory=list)  # (request body, output_ids)
+    finals: List[Tuple[dict, List[int], int]] = field(default_factory=list)  # (body, output_ids, weights revision)
 
     def error(self, msg: str) -> None:
         with self.lock:
@@ -151,10 +157,10 @@ def _ask(server: Server, body: dict) -> Tuple[int, object]:
         return -1, f"{type(e).__name__}: {e}"
 
 
-def _bad_input(server: Server, rng: random.Random, tally: _Tally) -> None:
+def _bad_input(target: LiveTarget, rng: random.Random, tally: _Tally) -> None:
     bad = rng.choice(BAD_INPUTS)
     body = {"text": words(rng, 8), "sampling_params": {"max_new_tokens": 1, "temperature": 0}, **bad}
-    status, answer = _ask(server, body)
+    status, answer, _ = target.ask(body)
     good = 400 <= status < 500 and isinstance(answer, dict) and bool(answer.get("message"))
     with tally.lock:
         tally.bad_inputs += 1
@@ -163,7 +169,7 @@ def _bad_input(server: Server, rng: random.Random, tally: _Tally) -> None:
         tally.error(f"bad input {bad} -> {status}: {str(answer)[:200]}")
 
 
-def _session(server: Server, cfg: SoakConfig, rng: random.Random, system: Dict[int, str], tally: _Tally,
+def _session(target: LiveTarget, cfg: SoakConfig, rng: random.Random, system: Dict[int, str], tally: _Tally,
              stop: threading.Event) -> None:
     tenant = rng.randrange(cfg.tenants)
     ttl = rng.choice([None, {"type": "ephemeral", "ttl": "30s"}, {"type": "ephemeral", "ttl": "5m"}])
@@ -172,12 +178,12 @@ def _session(server: Server, cfg: SoakConfig, rng: random.Random, system: Dict[i
         if stop.is_set():
             return
         if rng.random() < 0.1:
-            _bad_input(server, rng, tally)
+            _bad_input(target, rng, tally)
         body = {"text": prompt, "cache_salt": f"soak-tenant-{tenant}", "return_cached_tokens_details": True,
                 "sampling_params": {"max_new_tokens": cfg.max_new_tokens, "temperature": 0}}
         if ttl is not None:
             body["cache_control"] = ttl
-        status, answer = _ask(server, body)
+        status, answer, revision = target.ask(body)
         ok = status == 200 and isinstance(answer, dict) and "output_ids" in answer
         with tally.lock:
             tally.requests += 1
@@ -194,37 +200,16 @@ def _session(server: Server, cfg: SoakConfig, rng: random.Random, system: Dict[i
         if turn == cfg.turns - 1:
             with tally.lock:
                 tally.sessions += 1
-                tally.finals.append((body, answer["output_ids"]))
+                tally.finals.append((body, answer["output_ids"], revision))
             return
         prompt = prompt + answer["text"] + " " + words(rng, rng.randint(10, 40))
 
 
-def _worker(server: Server, cfg: SoakConfig, index: int, system: Dict[int, str], tally: _Tally,
+def _worker(target: LiveTarget, cfg: SoakConfig, index: int, system: Dict[int, str], tally: _Tally,
             stop: threading.Event) -> None:
     rng = random.Random(cfg.seed * 1000 + index)
     while not stop.is_set():
-        _session(server, cfg, rng, system, tally, stop)
-
-
-def _inject_faults(peer: PeerProcess, cfg: SoakConfig, stop: threading.Event, log: List[str]) -> None:
-    """Kill + restart at ~25% of the run, freeze for 3 s (> the 2 s peer timeout) at ~60%."""
-    t0 = time.monotonic()
-
-    def at(fraction: float) -> bool:  # waits on `stop` so the run never outlives its duration
-        return not stop.wait(max(0.0, t0 + fraction * cfg.duration_s - time.monotonic()))
-
-    if at(0.25):
-        peer.kill()
-        log.append(f"{time.monotonic() - t0:.1f}s SIGKILL peer")
-        stop.wait(2.0)  # the peer stays dead a while: requests meanwhile must not notice
-        peer.start()
-        log.append(f"{time.monotonic() - t0:.1f}s peer restarted on port {peer.port}")
-    if at(0.6):
-        peer.signal(signal.SIGSTOP)
-        log.append(f"{time.monotonic() - t0:.1f}s SIGSTOP peer")
-        stop.wait(3.0)
-        peer.signal(signal.SIGCONT)
-        log.append(f"{time.monotonic() - t0:.1f}s SIGCONT peer")
+        _session(target, cfg, rng, system, tally, stop)
 
 
 def _wait_locks_released(server: Server) -> Dict[str, int]:
@@ -236,9 +221,13 @@ def _wait_locks_released(server: Server) -> Dict[str, int]:
         time.sleep(0.5)  # write-backs finish asynchronously; bounded by the deadline above
 
 
-def _verify(reference: Server, finals: List[Tuple[dict, List[int]]], limit: int, tally: _Tally) -> Tuple[int, int]:
+def _verify(reference: Server, finals: List[Tuple[dict, List[int], int]], revision: int, limit: int,
+            tally: _Tally) -> Tuple[int, int]:
+    """Re-ask up to `limit` final turns answered by weights `revision` on the cache-off reference."""
     checked = mismatches = 0
-    for body, output_ids in finals[:limit]:
+    with tally.lock:
+        mine = [(b, o) for b, o, r in tally.finals if r == revision][:limit]
+    for body, output_ids in mine:
         ref_body = {k: v for k, v in body.items() if k not in ("cache_control", "cache_salt")}
         status, answer = _ask(reference, ref_body)
         checked += 1
@@ -249,15 +238,58 @@ def _verify(reference: Server, finals: List[Tuple[dict, List[int]]], limit: int,
     return checked, mismatches
 
 
-def _peer_used_pages(peer: PeerProcess) -> int:
-    """Pages the peer holds at the end (-1 if it does not answer): shows the write-back reached the peer tier."""
+def _peer_slots(peer: PeerProcess) -> Dict[str, int]:
+    """The peer's slot accounting at the end ({} if it does not answer)."""
     try:
-        return int(peer_stats(peer.port)["used_pages"])
-    except (OSError, RuntimeError, KeyError):
-        return -1
+        st = peer_stats(peer.port)
+    except (OSError, RuntimeError):
+        return {}
+    return {"used": int(st["used_pages"]), "writing": int(st["writing_pages"]), "free": int(st["free_pages"]),
+            "capacity": int(st["capacity_pages"]), "stored": int(st["stored"]), "evictions": int(st["evictions"]),
+            "hits": int(st["hits"]), "misses": int(st["misses"])}
 
 
-def _start_both(args: List[str], log_dir: Path) -> Tuple[Server, Server]:
+PROBE_PEER_DEADLINE_S = 30.0
+
+
+def _seed_probe(server: Server, peer: PeerProcess, text: str) -> None:
+    """Compute `text` on `server`, then wait (bounded) until the peer stored about as many pages as it has
+    tokens (page size 1 on CPU; other sessions' pages count too, so this only bounds the wait)."""
+    try:
+        before = int(peer_stats(peer.port)["stored"])
+    except (OSError, RuntimeError):
+        return
+    meta = _probe_meta(server, text)
+    tokens = int(meta["prompt_tokens"]) - 1 if meta else 0
+    deadline = time.monotonic() + PROBE_PEER_DEADLINE_S
+    while time.monotonic() < deadline:
+        try:
+            if int(peer_stats(peer.port)["stored"]) >= before + tokens:
+                return
+        except (OSError, RuntimeError):
+            return
+        time.sleep(0.5)  # write-through to the peer is asynchronous; bounded by the deadline above
+
+
+def _probe_meta(server: Server, text: str) -> Optional[dict]:
+    # Retained (a TTL), so the host tier admits it even when full, and it is written through to the peer.
+    body = {"text": text, "cache_salt": "soak-probe", "return_cached_tokens_details": True,
+            "cache_control": {"type": "ephemeral", "ttl": "5m"},
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+    status, answer = _ask(server, body)
+    return answer["meta_info"] if status == 200 and isinstance(answer, dict) else None
+
+
+def _probe(server: Server, text: str) -> Dict[str, int]:
+    """Cached tokens by tier for `text` (under the probe's own salt), or {"error": 1}."""
+    meta = _probe_meta(server, text)
+    if meta is None:
+        return {"error": 1}
+    details = meta.get("cached_tokens_details") or {"device": 0, "host": 0, "storage": 0}  # absent: no hit
+    return {tier: int(n) for tier, n in details.items() if isinstance(n, int)}
+
+
+def _start_both(args: List[str], ref_args: List[str], log_dir: Path) -> Tuple[Server, Server]:
     """Start the server under test and the reference concurrently (start-up is most of a short run)."""
     out: Dict[str, object] = {}
 
@@ -268,7 +300,7 @@ def _start_both(args: List[str], log_dir: Path) -> Tuple[Server, Server]:
             out[name] = e
 
     threads = [threading.Thread(target=start, args=("soak-tiered", args)),
-               threading.Thread(target=start, args=("soak-reference", ["--disable-radix-cache"]))]
+               threading.Thread(target=start, args=("soak-reference", ref_args))]
     for t in threads:
         t.start()
     for t in threads:
@@ -282,50 +314,116 @@ def _start_both(args: List[str], log_dir: Path) -> Tuple[Server, Server]:
     return out["soak-tiered"], out["soak-reference"]
 
 
+def _host_accounting(stats: dict) -> Tuple[int, int]:
+    """(host pool used tokens, tokens of host-backed tree nodes) from /tiers/stats."""
+    host = stats.get("tiers", {}).get("host", {})
+    tree = sum(t.get("host_tokens", 0) for t in stats.get("tenants", {}).values())
+    return int(host.get("used_tokens", 0)), int(tree)
+
+
 def run_soak(cfg: SoakConfig) -> SoakResult:
     log_dir = Path(cfg.log_dir or tempfile.mkdtemp(prefix="soak-"))
     log_dir.mkdir(parents=True, exist_ok=True)
+    from sglang_ext.embedded_model import ensure_embedded_model
+
+    # A private copy of the model: the revision fault rewrites its weights in place.
+    model_dir = log_dir / "model"
+    shutil.rmtree(model_dir, ignore_errors=True)
+    shutil.copytree(ensure_embedded_model(), model_dir)
     peer = PeerProcess(log_dir).start()
-    server = reference = None
+    args = ["--model-path", str(model_dir), "--tier-peers", peer.address,
+            "--max-total-tokens", str(cfg.max_total_tokens), "--hicache-ratio", HOST_RATIO,
+            "--hicache-storage-prefetch-policy", "wait_complete",
+            "--tier-session-ttl", str(cfg.session_ttl_s), "--enable-cache-report"]
+    ref_args = ["--model-path", str(model_dir), "--disable-radix-cache"]
+    env = {"UCX_NET_DEVICES": "lo"}
+    servers: List[Server] = []  # every server started, stopped at the end
     try:
-        server, reference = _start_both(
-            ["--tier-peers", peer.address, "--max-total-tokens", str(cfg.max_total_tokens),
-             "--tier-session-ttl", str(cfg.session_ttl_s), "--enable-cache-report"], log_dir)
+        server, reference = _start_both(args, ref_args, log_dir)
+        servers += [server, reference]
+        holder = {"reference": reference}
         rng = random.Random(cfg.seed)
         system = {t: words(rng, rng.randint(120, 220)) for t in range(cfg.tenants)}
-        tally, stop, fault_log = _Tally(), threading.Event(), []
-        threads = [threading.Thread(target=_worker, args=(server, cfg, i, system, tally, stop), daemon=True)
+        # Probes have a salt of their own: no session shares their prefix, so a hit is the probe's own pages.
+        # Long enough (> SGLang's 256-token storage prefetch threshold) to be fetched from the peer.
+        probe_texts = [words(rng, 400) for _ in range(2)]
+        tally, stop = _Tally(), threading.Event()
+        target = LiveTarget(server, _ask)
+        verified = mismatches = 0
+        per_revision = max(1, cfg.verify_limit // 2) if cfg.faults else cfg.verify_limit
+        done_revisions = set()
+
+        def verify(revision: int) -> None:
+            nonlocal verified, mismatches
+            if revision in done_revisions:
+                return
+            done_revisions.add(revision)
+            c, m = _verify(holder["reference"], tally.finals, revision, per_revision, tally)
+            verified, mismatches = verified + c, mismatches + m
+
+        def restart() -> Server:
+            new = start_server(args, log_dir, f"soak-tiered-{len(servers)}", env=env)
+            servers.append(new)
+            return new
+
+        def restart_reference() -> None:
+            holder["reference"].stop()
+            holder["reference"] = start_server(ref_args, log_dir, f"soak-reference-{len(servers)}", env=env)
+            servers.append(holder["reference"])
+
+        injector = FaultInjector(peer=peer, target=target, duration_s=cfg.duration_s, stop=stop,
+                                 model_dir=model_dir, restart=restart, restart_reference=restart_reference,
+                                 verify=verify, seed_probe=lambda srv, i: _seed_probe(srv, peer, probe_texts[i]),
+                                 probe=lambda srv, i: _probe(srv, probe_texts[i]), seed=cfg.seed)
+        threads = [threading.Thread(target=_worker, args=(target, cfg, i, system, tally, stop), daemon=True)
                    for i in range(cfg.sessions)]
-        if cfg.faults:
-            threads.append(threading.Thread(target=_inject_faults, args=(peer, cfg, stop, fault_log), daemon=True))
+        fault_thread = threading.Thread(target=injector.run, daemon=True) if cfg.faults else None
         t0 = time.monotonic()
-        for t in threads:
+        for t in threads + ([fault_thread] if fault_thread else []):
             t.start()
         stop.wait(min(cfg.duration_s * 0.15, 20.0))
-        rss_warm = tree_rss(server.proc.pid)  # after warm-up: pools allocated, first batches run
-        stop.wait(max(0.0, t0 + cfg.duration_s - time.monotonic()))
+        rss = {"server": target.server, "warm": tree_rss(target.server.proc.pid)}  # after warm-up
+        # The run gets `duration` of load: time spent swapping servers is added, and it ends after the last fault
+        # (the injector's steps are bounded: gate, start and probe deadlines).
+        while not stop.is_set():
+            left = t0 + cfg.duration_s + injector.paused_s() - time.monotonic()
+            if left <= 0 and not (fault_thread and fault_thread.is_alive()):  # the schedule always completes
+                break
+            stop.wait(min(max(left, 0.5), 5.0))
         stop.set()
-        for t in threads:
+        for t in threads + ([fault_thread] if fault_thread else []):
             t.join(REQUEST_TIMEOUT_S + 30)
         duration = time.monotonic() - t0
+        server = target.server
+        if rss["server"] is not server:  # a fault swapped it: measure the last one from its warm state on
+            rss = {"server": server, "warm": injector.warm_rss}
         locks = _wait_locks_released(server)
+        stats = server.get("/tiers/stats")
         rss_end = tree_rss(server.proc.pid)
-        verified, mismatches = _verify(reference, tally.finals, cfg.verify_limit, tally)
-        peer_pages = _peer_used_pages(peer)
+        verify(target.revision)
+        host_used, host_tree = _host_accounting(stats)
+        slots = _peer_slots(peer)
+        after_rev = injector.probes.get("after_revision_change", {})
+        fault_log = injector.log
         return SoakResult(
-            sessions=tally.sessions, requests=tally.requests, failures=tally.failures,
+            sessions=tally.sessions, requests=tally.requests, failures=tally.failures + len(injector.errors),
             bad_inputs=tally.bad_inputs, bad_input_failures=tally.bad_input_failures,
-            faults_injected=sum(1 for line in fault_log if "SIGKILL" in line or "SIGSTOP" in line),
-            fault_log=tuple(fault_log), leaked_lock_refs=int(locks.get("locked_nodes", 0)),
+            faults_injected=sum(injector.counts.values()), faults_by_kind=dict(injector.counts),
+            fault_log=tuple(fault_log), probes=dict(injector.probes),
+            stale_hits_after_revision=sum(after_rev.values()),  # an unanswered probe counts too
+            leaked_lock_refs=int(locks.get("locked_nodes", 0)),
             locks={k: int(v) for k, v in locks.items()}, duration_s=round(duration, 2),
-            rss_warm_bytes=rss_warm, rss_end_bytes=rss_end, rss_growth_bytes=rss_end - rss_warm,
-            rss_growth_ratio=round(rss_end / rss_warm - 1, 4) if rss_warm else 0.0,
+            rss_warm_bytes=rss["warm"], rss_end_bytes=rss_end, rss_growth_bytes=rss_end - rss["warm"],
+            rss_growth_ratio=round(rss_end / rss["warm"] - 1, 4) if rss["warm"] else 0.0,
             hits_by_tier=dict(sorted(tally.hits.items())), prompt_tokens=tally.prompt_tokens,
-            verified_sessions=verified, output_mismatches=mismatches, peer_used_pages=peer_pages, errors=tuple(tally.errors))
+            verified_sessions=verified, output_mismatches=mismatches, peer_used_pages=slots.get("used", -1),
+            host_used_tokens=host_used, host_tree_tokens=host_tree, peer_slots=slots,
+            tier_counters={t: {k: v for k, v in c.items() if isinstance(v, int)}
+                           for t, c in stats.get("tiers", {}).items()},
+            errors=tuple(injector.errors + tally.errors))
     finally:
-        for s in (server, reference):
-            if s is not None:
-                s.stop()
+        for s in servers:
+            s.stop()
         peer.stop()
 
 
@@ -351,7 +449,8 @@ def add_arguments(p) -> None:
     p.add_argument("--tenants", type=positive_int, default=3, help="distinct cache_salt values")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-total-tokens", type=positive_int, default=1500, help="device pool of the tiered server")
-    p.add_argument("--faults", action="store_true", help="kill/restart and freeze/thaw the peer during the run")
+    p.add_argument("--faults", action="store_true",
+                   help="peer kill/restart and freeze, server restart, host memory pressure, weights change")
     p.add_argument("--log-dir", default=None, help="server logs (default: a new temp folder)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -366,13 +465,19 @@ def main(args) -> int:
     print(f"soak {result.duration_s:.0f}s: {result.sessions} sessions, {result.requests} requests, "
           f"{result.failures} failed; {result.bad_inputs} bad inputs, {result.bad_input_failures} not a clean 4xx")
     print(f"  faults injected  {result.faults_injected}  ({'; '.join(result.fault_log) or 'none'})")
+    for name, tiers in result.probes.items():
+        print(f"  probe {name:22s} cached tokens by tier {tiers}")
+    print(f"  stale hits after the weights change  {result.stale_hits_after_revision}")
+    print(f"  accounting       host pool {result.host_used_tokens} tokens vs tree {result.host_tree_tokens}; "
+          f"peer slots {result.peer_slots}")
+    for tier, c in result.tier_counters.items():
+        print(f"  tier {tier:8s}    {c}")
     print(f"  locks when idle  {result.locks}  (leaked lock refs {result.leaked_lock_refs})")
     print(f"  rss              {result.rss_warm_bytes / 2**20:.0f} MiB after warm-up -> "
           f"{result.rss_end_bytes / 2**20:.0f} MiB at the end ({result.rss_growth_ratio:+.1%})")
     total = result.prompt_tokens or 1
     print("  hits by tier     " + ", ".join(f"{k} {v:,} ({v / total:.1%})" for k, v in result.hits_by_tier.items())
           + f" of {result.prompt_tokens:,} prompt tokens")
-    print(f"  peer tier        {result.peer_used_pages} pages held at the end")
     print(f"  outputs          {result.verified_sessions} final turns re-asked cache-off, "
           f"{result.output_mismatches} differ")
     for e in result.errors[:5]:

@@ -6,10 +6,11 @@ With the host tier on, SGLang's HiRadixCache owns the two-level tree, the host p
 device<->host copies; this subclass changes only the decisions, at SGLang's own override points:
 
 - Host admission (`_inc_hit_count`): stock write-through backs up every node on its first insert, and
-  `write_through_selective` on its second. Here a node goes to host memory if it is retained (so that a device
-  eviction can demote it instead of dropping it), or if the host pool has room, or, when the pool is full, if
-  its TinyLFU frequency (tiers.sketch, counted on every insert walk) beats that of the coldest of a small sample
-  of evictable host leaves (Caffeine's admission, with its anti-flooding jitter). Rejections are counted.
+  `write_through_selective` on its second. Here a node goes to host memory if it is retained or its request
+  carries a TTL (so that a device eviction can demote it instead of dropping it), or if the host pool has room,
+  or, when the pool is full, if its TinyLFU frequency (tiers.sketch, counted on every insert walk) beats that
+  of the coldest of a small sample of evictable host leaves (Caffeine's admission, with its anti-flooding
+  jitter). Rejections are counted.
 - Eviction order (device and host): `--tier-policy` picks it. `tinylfu` evicts the leaf with the lowest
   frequency in the same aged sketch first (TinyLFU's eviction side), the least recently used among equals;
   `lru` / `lfu` / `slru` are SGLang's own orders of those names. HiRadixCache still walks the tree (leaves
@@ -103,7 +104,9 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             self._n["host_admitted"] += 1
 
     def _admit_to_host(self, node, key) -> bool:
-        if self.retention.is_retained(node):
+        # A request with a TTL is about to retain its path (after this insert): back it up now, so that a
+        # device eviction demotes it rather than drops it.
+        if self._request_ttl_s is not None or self.retention.is_retained(node):
             return True
         if self.cache_controller.mem_pool_host.available_size() >= len(node.value):
             return True
