@@ -53,6 +53,23 @@ class Tree:
             self.p.on_remove(v)
         return vs
 
+    def split(self, e):
+        """A tree split: a new one-unit front node between `e` and its parent, reported as SGLang's adapter does."""
+        old_parent = self.parent[e]
+        front = self.next
+        self.next += 1
+        self.parent[front] = old_parent
+        self.children[front] = {e}
+        self.size[front] = 1
+        if old_parent is not None:
+            self.children[old_parent].discard(e)
+            self.children[old_parent].add(front)
+        self.parent[e] = front
+        self.size[e] -= 1
+        self.p.on_insert(front, ("k", e), 1, old_parent)
+        self.p.on_resize(e, self.size[e], front, ("k2", e))
+        return front
+
 
 @pytest.mark.parametrize("name", ALL)
 def test_chain_evicts_leaf_first(name):
@@ -118,19 +135,7 @@ def test_random_trees_victims_are_removable_in_order(name, data):
             # split: a new front node between e and its parent
             e = live[r % len(live)]
             if t.size[e] >= 2:
-                old_parent = t.parent[e]
-                front = t.next
-                t.next += 1
-                t.parent[front] = old_parent
-                t.children[front] = {e}
-                t.size[front] = 1
-                if old_parent is not None:
-                    t.children[old_parent].discard(e)
-                    t.children[old_parent].add(front)
-                t.parent[e] = front
-                t.size[e] -= 1
-                p.on_insert(front, ("k", e), 1, old_parent)
-                p.on_resize(e, t.size[e], front, ("k2", e))
+                t.split(e)
         else:
             locked = set(live[: r % 3])
             # a locked node protects its ancestors: the tier passes a closure over the lock path

@@ -168,7 +168,7 @@ def test_full_window_gives_lru_victims(ops):
             e = live[r % len(live)]
             if a.size[e] >= 2:
                 for t in (a, b):
-                    _split(t, e)
+                    t.split(e)
         else:
             closed = set()
             for e in live[: r % 3]:
@@ -178,22 +178,6 @@ def test_full_window_gives_lru_victims(ops):
             n = 1 + r % 9
             assert a.p.admit(Candidate(("new", r), 1), a.p.victims(n))
             assert a.evict(n, protected=lambda e: e in closed) == b.evict(n, protected=lambda e: e in closed)
-
-
-def _split(t, e):
-    old_parent = t.parent[e]
-    front = t.next
-    t.next += 1
-    t.parent[front] = old_parent
-    t.children[front] = {e}
-    t.size[front] = 1
-    if old_parent is not None:
-        t.children[old_parent].discard(e)
-        t.children[old_parent].add(front)
-    t.parent[e] = front
-    t.size[e] -= 1
-    t.p.on_insert(front, ("k", e), 1, old_parent)
-    t.p.on_resize(e, t.size[e], front, ("k2", e))
 
 
 @pytest.mark.parametrize("window", [0.0, 0.3, 1.0])
@@ -217,7 +201,7 @@ def test_moving_window_keeps_victims_leaf_only_and_unlocked(window, data):
         elif op == 2:
             e = live[r % len(live)]
             if t.size[e] >= 2:
-                _split(t, e)
+                t.split(e)
         elif op == 3:
             p.observe(r % 5, 4)
         else:
