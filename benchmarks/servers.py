@@ -36,6 +36,7 @@ class Server:
     url: str
     proc: subprocess.Popen
     log_path: Path
+    admin_key: Optional[str] = None  # sent as a bearer token on `get` (SGLang's --admin-api-key)
 
     def log_tail(self, n: int = 60) -> str:
         try:
@@ -64,7 +65,8 @@ class Server:
                 return e.code, raw.decode(errors="replace")
 
     def get(self, path: str, timeout: float = REQUEST_DEADLINE_S):
-        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+        headers = {"Authorization": f"Bearer {self.admin_key}"} if self.admin_key else {}
+        with urllib.request.urlopen(urllib.request.Request(self.url + path, headers=headers), timeout=timeout) as r:
             raw = r.read()
         try:
             return json.loads(raw)
@@ -103,9 +105,13 @@ def stock_args(model_path: Optional[str] = None) -> List[str]:
 
 
 def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str = "tiered",
-                 env: Optional[dict] = None, model_path: Optional[str] = None) -> Server:
-    """Start a server and wait until /health answers; `kind` is "tiered" (the project) or "stock" (SGLang)."""
+                 env: Optional[dict] = None, model_path: Optional[str] = None,
+                 admin_key: Optional[str] = None) -> Server:
+    """Start a server and wait until /health answers; `kind` is "tiered" (the project) or "stock" (SGLang).
+    `admin_key`: started with `--admin-api-key`, and the returned Server sends it on `get`."""
     port = free_port()
+    if admin_key:
+        args = [*args, "--admin-api-key", admin_key]
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}-{port}.log"
     if kind == "tiered":
@@ -125,7 +131,7 @@ def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=full_env,
                                 start_new_session=True)
-    server = Server(f"http://127.0.0.1:{port}", proc, log_path)
+    server = Server(f"http://127.0.0.1:{port}", proc, log_path, admin_key)
     deadline = time.monotonic() + START_DEADLINE_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -253,8 +253,8 @@ PROBE_PEER_DEADLINE_S = 30.0
 
 
 def _seed_probe(server: Server, peer: PeerProcess, text: str) -> None:
-    """Compute `text` on `server`, then wait (bounded) until the peer stored about as many pages as it has
-    tokens (page size 1 on CPU; other sessions' pages count too, so this only bounds the wait)."""
+    """Compute `text` on `server` (the sessions are held), then wait (bounded) until the peer stored as many
+    new pages as the prompt has full pages (page size 1 on CPU)."""
     try:
         before = int(peer_stats(peer.port)["stored"])
     except (OSError, RuntimeError):
@@ -334,7 +334,7 @@ def run_soak(cfg: SoakConfig) -> SoakResult:
     args = ["--model-path", str(model_dir), "--tier-peers", peer.address,
             "--max-total-tokens", str(cfg.max_total_tokens), "--hicache-ratio", HOST_RATIO,
             "--hicache-storage-prefetch-policy", "wait_complete",
-            "--tier-session-ttl", str(cfg.session_ttl_s), "--enable-cache-report"]
+            "--tier-session-ttl", str(cfg.session_ttl_s), "--enable-cache-report", "--tier-stats-tenants"]
     ref_args = ["--model-path", str(model_dir), "--disable-radix-cache"]
     env = {"UCX_NET_DEVICES": "lo"}
     servers: List[Server] = []  # every server started, stopped at the end

@@ -1,18 +1,18 @@
 """The faults `python -m benchmarks soak --faults` injects, and the gate that lets it swap servers under load.
 
 Schedule (fractions of `--duration`, plus the time swaps took; each step waits on the run's stop event):
-- 0.15  server restart with the peer kept: a fresh probe prompt is computed and written through to the peer,
-        new requests are held at the gate, the ones in flight finish, the server stops and starts again with
+- 0.15  server restart with the peer kept: new requests are held at the gate, the ones in flight finish, a
+        fresh probe prompt is computed and written through to the peer, the server stops and starts again with
         the same flags, and the probe is asked again: its device and host tiers start empty, so its cached
         tokens can only come from the peer tier;
 - 0.30  peer SIGKILL, 2 s dead, restarted on the same port (empty: its pages were in its memory);
 - 0.45  peer frozen (SIGSTOP) for 3 s, longer than the client's 2 s peer deadline, then thawed;
 - 0.60  host memory pressure: a separate process takes and touches a share of the free memory for 3 s while
         the sessions go on (the server's tiers are sized at start, so this must change nothing a client sees);
-- 0.75  model revision change: another probe is written through to the peer, then the weights are rewritten
-        in place (same path, same served name, new bytes); the final turns answered so far are checked against
-        the cache-off reference first (it serves the old weights), then both servers restart on the new
-        weights and the probe must find nothing in any tier: an old block is never served to the new model.
+- 0.75  model revision change: the gate closes, another probe is written through to the peer, the weights
+        are rewritten in place (same path, same served name, new bytes); the final turns answered so far are
+        checked against the cache-off reference first (it serves the old weights), then both servers restart
+        on the new weights and the probe must find nothing in any tier: no old block reaches the new model.
 
 The gate: sessions send every request through `LiveTarget.ask`, which waits (bounded) while the target is
 paused and counts requests in flight; `pause` closes the gate and waits until nothing is in flight. One lock
@@ -153,12 +153,14 @@ class FaultInjector:
             self.errors.append(f"fault injection failed: {type(e).__name__}: {e}")
             self.target.resume()
 
-    def _swap_server(self, why: str, new_weights: bool) -> None:
+    def _swap_server(self, why: str, new_weights: bool, probe: int) -> None:
         self.swapping, self._swap_started = True, time.monotonic()
         try:
             if not self.target.pause(GATE_DEADLINE_S):
                 raise RuntimeError(f"{why}: requests still in flight at the gate deadline")
             old = self.target.server
+            # seeded while the sessions are held: the peer's page count then grows by the probe's pages alone
+            self.seed_probe(old, probe)
             revision = self.target.revision
             if new_weights:
                 self.verify(revision)  # the reference still serves these weights
@@ -185,8 +187,7 @@ class FaultInjector:
 
     def _run(self) -> None:
         if self._at(0.15):
-            self.seed_probe(self.target.server, 0)
-            self._swap_server("server restart", new_weights=False)
+            self._swap_server("server restart", new_weights=False, probe=0)
             self._note("server_restart", "server restarted, peer kept")
             self.probes["after_server_restart"] = self.probe(self.target.server, 0)
             self._measure_warm()
@@ -208,8 +209,7 @@ class FaultInjector:
             size = memory_balloon()
             self._note("host_memory_pressure", f"host memory pressure: {size / 2**30:.1f} GiB held {BALLOON_HOLD_S:g}s")
         if self._at(0.75):
-            self.seed_probe(self.target.server, 1)
-            self._swap_server("model revision change", new_weights=True)
+            self._swap_server("model revision change", new_weights=True, probe=1)
             self._note("model_revision_change", "weights rewritten in place; server and reference restarted")
             self.probes["after_revision_change"] = self.probe(self.target.server, 1)
             self._measure_warm()

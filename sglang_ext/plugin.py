@@ -56,7 +56,7 @@ def build_tree_cache(ctx):
         from sglang_ext.tiered_hicache import TieredHiRadixCache
 
         cache = TieredHiRadixCache(ctx.params, ctx.server_args, policy=config.policy,
-                                   retention_budget=config.retention_budget,
+                                   retention_budget=config.retention_budget, stats_tenants=config.stats_tenants,
                                    enable_metrics=bool(ctx.server_args.enable_metrics))
         # The forward pass waits on this counter for host->device loads (see sglang registry.py).
         ctx.tp_worker.register_hicache_layer_transfer_counter(cache.cache_controller.layer_done_counter)
@@ -64,6 +64,7 @@ def build_tree_cache(ctx):
         from sglang_ext.serving_cache import ServingTieredCache
 
         cache = ServingTieredCache(ctx.params, policy=config.policy, retention_budget=config.retention_budget,
+                                   stats_tenants=config.stats_tenants,
                                    enable_metrics=bool(ctx.server_args.enable_metrics))
     logger.info("tiered cache: %s with policy %s", type(cache).__name__, config.policy)
     return cache

@@ -177,7 +177,10 @@ def install_http_routes() -> None:
     app.state.sglang_ext_installed = True
     app.add_middleware(CacheControlMiddleware)
 
+    from sglang.srt.utils.auth import AuthLevel, auth_level
+
     @app.get("/tiers/stats")
+    @auth_level(AuthLevel.ADMIN_OPTIONAL)  # with --admin-api-key set, only the operator reads it
     async def tiers_stats():
         states = await http_server._global_state.tokenizer_manager.get_internal_state()
         ranks = [s.get("tiers") for s in states if isinstance(s, dict)]

@@ -67,7 +67,8 @@ class ServedRequests:
 
     _request_ttl_s: Optional[float] = None
 
-    def _init_served(self, enable_metrics: bool) -> None:
+    def _init_served(self, enable_metrics: bool, stats_tenants: bool = False) -> None:
+        self._stats_tenants = stats_tenants  # per-tenant occupancy in /tiers/stats (--tier-stats-tenants)
         self._served = {"hit_requests": 0, "hit_tokens": 0}
         # SGLang splits each request's cached prefix by where it came from (device / host / storage=peer tier)
         self._tier_hits = {tier: {"hit_requests": 0, "hit_tokens": 0} for tier in HIT_TIERS}
@@ -101,9 +102,9 @@ class ServedRequests:
 
 
 class ServingTieredCache(ServedRequests, TieredRadixCache):
-    def __init__(self, params, *, enable_metrics: bool = False, **kwargs):
+    def __init__(self, params, *, enable_metrics: bool = False, stats_tenants: bool = False, **kwargs):
         super().__init__(params, **kwargs)
-        self._init_served(enable_metrics)
+        self._init_served(enable_metrics, stats_tenants)
 
     def insert(self, params, ttl_s: Optional[float] = None):
         return super().insert(params, ttl_s if ttl_s is not None else self._request_ttl_s)
@@ -134,9 +135,11 @@ class ServingTieredCache(ServedRequests, TieredRadixCache):
 
     def tier_stats_dict(self) -> dict:
         counters = self.counters()
-        return {
+        out = {
             "policy": counters.pop("policy"),
             "tiers": {"device": {"capacity_tokens": counters.pop("capacity_tokens"),
                                  "used_tokens": counters.pop("size_tokens"), **counters}},
-            "tenants": {label: {"device_tokens": n} for label, n in sorted(self.occupancy_by_tenant().items())},
         }
+        if self._stats_tenants:
+            out["tenants"] = {label: {"device_tokens": n} for label, n in sorted(self.occupancy_by_tenant().items())}
+        return out

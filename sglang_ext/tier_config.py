@@ -29,6 +29,7 @@ class TierConfig:
     session_ttl_s: Optional[float] = None
     retention_budget: float = 0.5
     peers: Tuple[str, ...] = ()  # HOST:PORT of peer block servers (sglang_ext.peer_server)
+    stats_tenants: bool = False  # per-tenant occupancy in /tiers/stats: only when the operator asks
 
     def validate(self) -> "TierConfig":
         from tiers.policy import policy_names
@@ -89,6 +90,9 @@ def add_tier_args(parser: argparse.ArgumentParser) -> None:
                        help="peer block servers for the peer tier (implies --enable-hierarchical-cache)")
     group.add_argument("--tier-retention-budget", type=float, default=TierConfig.retention_budget,
                        metavar="FRACTION", help="fraction of each tier's capacity that retained prefixes may hold")
+    group.add_argument("--tier-stats-tenants", action="store_true",
+                       help="add per-tenant occupancy (salt digests) to /tiers/stats; off by default, so that no "
+                            "client learns another tenant's footprint (with --admin-api-key, /tiers/stats needs it)")
 
 
 def tier_config_from_args(args: argparse.Namespace) -> TierConfig:
@@ -97,4 +101,5 @@ def tier_config_from_args(args: argparse.Namespace) -> TierConfig:
         session_ttl_s=args.tier_session_ttl,
         retention_budget=args.tier_retention_budget,
         peers=tuple(p.strip() for p in args.tier_peers.split(",") if p.strip()),
+        stats_tenants=bool(args.tier_stats_tenants),
     ).validate()

@@ -67,13 +67,13 @@ class RetainedLast:
 
 class TieredHiRadixCache(ServedRequests, HiRadixCache):
     def __init__(self, params, server_args, *, policy: str = "tinylfu", retention_budget: float = 0.5,
-                 enable_metrics: bool = False, clock=None):
+                 enable_metrics: bool = False, stats_tenants: bool = False, clock=None):
         TierConfig(policy=policy).check_host_tier()
         self._policy_name = policy
         self._n = dict(host_admitted=0, host_rejected=0, demotions=0, dropped=0, device_evicted_tokens=0,
                        host_evicted_tokens=0)
         super().__init__(params, server_args)
-        self._init_served(enable_metrics)
+        self._init_served(enable_metrics, stats_tenants)
         device_tokens = max(1, int(self.token_to_kv_pool_allocator.size))
         host_tokens = max(1, int(self.cache_controller.mem_pool_host.size))
         # Retained prefixes end up in host memory (demoted, not dropped): the budget is a fraction of the host tier.
@@ -180,8 +180,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             "storage": dict(hits["storage"]),
         }
 
-    def tier_stats_dict(self) -> dict:
-        host = self.cache_controller.mem_pool_host
+    def occupancy_by_tenant(self) -> dict:
         tenants = {}
         for child in self.root_node.children.values():
             label = tenant_label(getattr(child.key, "cache_salt", None))
@@ -192,6 +191,10 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
                 entry["device_tokens"] += 0 if n.evicted else len(n.key)
                 entry["host_tokens"] += len(n.key) if n.backuped else 0
                 stack.extend(n.children.values())
+        return dict(sorted(tenants.items()))
+
+    def tier_stats_dict(self) -> dict:
+        host = self.cache_controller.mem_pool_host
         occupancy = {
             "device": {"capacity_tokens": int(self.token_to_kv_pool_allocator.size),
                        "used_tokens": int(self.evictable_size_ + self.protected_size_)},
@@ -199,9 +202,11 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             "storage": {},
         }
         per_tier = self.tier_counters()
-        return {
+        out = {
             "policy": f"{self._policy_name} (host admission: tinylfu)",
             "tiers": {tier: {**occupancy[tier], **per_tier[tier]} for tier in per_tier},
             "counters": self.counters(),
-            "tenants": dict(sorted(tenants.items())),
         }
+        if self._stats_tenants:
+            out["tenants"] = self.occupancy_by_tenant()
+        return out

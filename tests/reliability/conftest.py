@@ -8,8 +8,12 @@ from tests.peer.conftest import peer_factory  # noqa: F401  (a fixture, for the 
 from tests.support import start_server
 
 
+ADMIN_KEY = "reliability-operator-key"
+
+
 def server_args(peer_address: str) -> list:
-    return ["--tier-peers", peer_address, "--max-total-tokens", "600", "--enable-cache-report"]
+    return ["--tier-peers", peer_address, "--max-total-tokens", "600", "--enable-cache-report",
+            "--tier-stats-tenants", "--enable-metrics"]
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +32,8 @@ def shared_peer(reliability_logs):
 
 @pytest.fixture(scope="session")
 def server_a(shared_peer, reliability_logs):
+    # the operator's key guards /tiers/stats (per-tenant occupancy is on); server_a.get sends it
     server = start_server(server_args(shared_peer.address), reliability_logs, "server-a",
-                          env={"UCX_NET_DEVICES": "lo"})
+                          env={"UCX_NET_DEVICES": "lo"}, admin_key=ADMIN_KEY)
     yield server
     server.stop()

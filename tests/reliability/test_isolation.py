@@ -4,7 +4,8 @@
   first tenant's copy is provably there (a positive control after each negative).
 - A client of the peer protocol cannot plant a page another tenant (namespace) reads: keys are scoped by
   namespace, and the checksum binds key and bytes, so a checksum made for one key does not store under another.
-- `/tiers/stats` shows tenants only as digests of their salt.
+- `/tiers/stats` shows tenants only as digests of their salt, only with `--tier-stats-tenants`, and with an admin
+  key set only to the operator; metrics carry no tenant.
 - A server on another model path (a "new revision" of the model) sharing the peer gets no storage hits for
   the first server's prompts.
 """
@@ -116,6 +117,25 @@ def test_stats_show_tenant_digests_never_salts(server_a):
     assert salt not in text and "iso-dev-a" not in text and "iso-low-b" not in text
     assert tenant_label(salt) in stats["tenants"], stats["tenants"]
     assert all(label == "default" or label.startswith("t-") for label in stats["tenants"])
+
+
+def test_stats_need_the_operator_key_and_metrics_name_no_tenant(server_a):
+    """A client without the operator's key cannot read /tiers/stats (per-tenant occupancy); the Prometheus
+    metrics, open to any scraper, carry no tenant at all."""
+    import urllib.error
+    import urllib.request
+
+    ask(server_a, words(301, 60), "iso-metrics-salt")
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(server_a.url + "/tiers/stats", timeout=30)
+    assert denied.value.code == 401
+    wrong = urllib.request.Request(server_a.url + "/tiers/stats", headers={"Authorization": "Bearer guess"})
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(wrong, timeout=30)
+    assert denied.value.code == 401
+    assert "tenants" in server_a.get("/tiers/stats")  # the operator, with the key
+    metrics = server_a.get("/metrics")
+    assert "iso-metrics-salt" not in metrics and tenant_label("iso-metrics-salt") not in metrics
 
 
 def test_another_model_revision_gets_no_storage_hits(server_a, shared_peer, reliability_logs, tmp_path):

@@ -19,7 +19,7 @@ def words(seed: int, n: int) -> str:
 
 @pytest.fixture(scope="module")
 def tiered_small(server_logs):
-    server = start_server(SMALL_POOL + ["--enable-metrics"], server_logs, "tiered-small")
+    server = start_server(SMALL_POOL + ["--enable-metrics", "--tier-stats-tenants"], server_logs, "tiered-small")
     yield server
     server.stop()
 
@@ -159,6 +159,7 @@ def test_flood_retained_session_survives_with_the_host_tier(hicache_server):
     after = hicache_server.get("/tiers/stats")
     assert hit >= warm, (hit, warm)
     assert after["counters"]["retains"] > before["counters"]["retains"]
+    assert "tenants" not in after  # per-tenant occupancy only with --tier-stats-tenants
     b, a = before["tiers"], after["tiers"]
     assert a["host"]["used_tokens"] <= a["host"]["capacity_tokens"]
     # per-tier counters: the flood pushed nodes off the device (demoted or dropped) and past the host pool
