@@ -125,15 +125,14 @@ def select_leaves(
         p = nodes[e].parent
         if p is not None:
             gone_children[p] = gone_children.get(p, 0) + 1
+    gone = gone_children.get  # a node is a leaf here when all its tracked children are gone
     skipped_inner = set()
     heap: List[tuple] = []
     seq = itertools.count()
     freed = 0
     it: Iterator = iter(order)
-    pending = None
-
-    def is_leaf(n: _Node) -> bool:
-        return n.children - gone_children.get(n.entry, 0) == 0
+    pending = None  # node `order` offered next, with its rank in pending_rank
+    pending_rank = None
 
     while freed < size:
         if pending is None:
@@ -141,15 +140,15 @@ def select_leaves(
                 e = n.entry
                 if e in taken or protected(e):
                     continue
-                if not is_leaf(n):
+                if n.children != gone(e, 0):
                     skipped_inner.add(e)
                     continue
-                pending = (r, n)
+                pending, pending_rank = n, r
                 break
-        if heap and (pending is None or heap[0][0] < pending[0]):
-            _, _, n = heapq.heappop(heap)
+        if heap and (pending is None or heap[0][0] < pending_rank):
+            n = heapq.heappop(heap)[2]
         elif pending is not None:
-            n = pending[1]
+            n = pending
             pending = None
         else:
             break
@@ -161,9 +160,9 @@ def select_leaves(
         freed += n.size
         p = n.parent
         if p is not None:
-            gone_children[p] = gone_children.get(p, 0) + 1
+            gone_children[p] = g = gone(p, 0) + 1
             pn = nodes[p]
-            if (not yields_inner or p in skipped_inner) and is_leaf(pn) and not protected(p):
+            if (not yields_inner or p in skipped_inner) and pn.children == g and not protected(p):
                 heapq.heappush(heap, (rank(pn), next(seq), pn))
     return out
 

@@ -34,8 +34,9 @@ reuse.
 
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
+from heapq import heapify, heappop, heapreplace
+from itertools import compress
 from typing import Callable, Hashable, Iterable, List, Optional
 
 from tiers.clock import Clock
@@ -80,6 +81,7 @@ class TinyLFUPolicy(Policy):
         nb = len(_SIZE_EDGES) + 1
         self._tail = max_depth * nb * self.n_gaps
         self._reused0 = self._tail + 1
+        self._nb = nb
         n_classes = self._reused0 + max_depth * self.n_gaps
         self.lifetime = 0.0  # running mean age at eviction, in ticks (0: nothing evicted yet)
         self._lists = [OrderedDict() for _ in range(n_classes)]
@@ -98,6 +100,9 @@ class TinyLFUPolicy(Policy):
         self.now = 0  # the policy's clock: one tick per recorded key
 
     # --- classes and their learned reuse probability ---
+    # The hot paths (notifications, record, admit, victims) inline these helpers with locals: they run
+    # several times per request, and Python call and attribute overhead is most of their cost. The helpers
+    # stay the single definition of each rule; an inlined copy computes exactly the same values.
     def _new_class(self, depth: int, size: int, gap: int = -1) -> int:
         s = 0
         for edge in _SIZE_EDGES:
@@ -105,7 +110,7 @@ class TinyLFUPolicy(Policy):
                 break
             s += 1
         g = self.n_gaps - 1 if gap < 0 else gap
-        return ((min(depth, self.max_depth) - 1) * (len(_SIZE_EDGES) + 1) + s) * self.n_gaps + g
+        return ((min(depth, self.max_depth) - 1) * self._nb + s) * self.n_gaps + g
 
     def _reused_class(self, depth: int, gap: int = -1) -> int:
         g = self.n_gaps - 1 if gap < 0 else gap
@@ -117,7 +122,8 @@ class TinyLFUPolicy(Policy):
         if not life:
             return 0
         b, edge = 0, life / 2
-        while age > edge and b < self.n_gaps - 2:
+        last = self.n_gaps - 2
+        while age > edge and b < last:
             b += 1
             edge *= 2
         return b
@@ -133,61 +139,93 @@ class TinyLFUPolicy(Policy):
         self.events[cls] += 1
         self._since_decay += 1
         if self._since_decay >= self.decay_period:
-            self._since_decay = 0
-            self.hits = [h * 0.5 for h in self.hits]
-            self.events = [e * 0.5 for e in self.events]
+            self._decay()
+
+    def _decay(self) -> None:
+        self._since_decay = 0
+        self.hits = [h * 0.5 for h in self.hits]
+        self.events = [e * 0.5 for e in self.events]
 
     def _ghost(self, key, cls: int, size: int, tick: int) -> None:
         g = self._ghosts
         old = g.pop(key, None)
+        gs = self._ghost_size
         if old is not None:
-            self._ghost_size -= old[1]
+            gs -= old[1]
         g[key] = (cls, size, tick)
-        self._ghost_size += size
+        gs += size
         limit = self.ghost_factor * self.capacity
-        while self._ghost_size > limit and g:
-            self._ghost_size -= g.popitem(last=False)[1][1]
+        if gs > limit:
+            popitem = g.popitem
+            while gs > limit and g:
+                gs -= popitem(last=False)[1][1]
+        self._ghost_size = gs
 
     def _horizon(self) -> float:
         return self.horizon or max(1.0, float(len(self.index.nodes)))
 
     # --- notifications ---
     def on_insert(self, entry, key, size, parent=None) -> None:
-        n = self.index.add(entry, key, size, parent)
+        index = self.index
+        n = index.add(entry, key, size, parent)
         n.tick = self.now
-        if key in self._returned:  # a ghost that came back: it was used again, not a first-seen suffix
-            del self._returned[key]
+        returned = self._returned
+        if key in returned:  # a ghost that came back: it was used again, not a first-seen suffix
+            del returned[key]
             cls = self._reused_class(n.depth)
+        elif parent is not None:
+            cls = self._new_class(n.depth, size, index.nodes[parent].count - 1)
         else:
-            p = self.index.nodes.get(parent) if parent is not None else None
-            cls = self._new_class(n.depth, size, p.count - 1 if p is not None else -1)
+            cls = self._new_class(n.depth, size)
         n.count = 0
         n.region = cls
-        self._open(cls)
+        self.events[cls] += 1  # _open, inlined
+        self._since_decay += 1
+        if self._since_decay >= self.decay_period:
+            self._decay()
         self._lists[cls][entry] = None
 
     def on_access(self, entry) -> None:
         n = self.index.nodes.get(entry)
         if n is None:
             return
-        age = self.now - n.tick
-        n.tick = self.now
-        if self._in_window(age):
-            self.hits[n.region] += 1
-        gb = self._gap_bucket(age)
+        now = self.now
+        age = now - n.tick
+        n.tick = now
+        old = n.region
+        life = self.lifetime
+        if not life:  # _in_window and _gap_bucket, inlined
+            self.hits[old] += 1
+            gb = 0
+        else:
+            if age <= self.window_factor * life:
+                self.hits[old] += 1
+            gb, edge = 0, life / 2
+            last = self.n_gaps - 2
+            while age > edge and gb < last:
+                gb += 1
+                edge *= 2
         n.count = gb + 1
-        cls = self._reused_class(n.depth, gb)
-        self._open(cls)
-        del self._lists[n.region][entry]
+        depth = n.depth
+        max_depth = self.max_depth
+        cls = self._reused0 + ((depth if depth < max_depth else max_depth) - 1) * self.n_gaps + gb
+        self.events[cls] += 1  # _open, inlined
+        self._since_decay += 1
+        if self._since_decay >= self.decay_period:
+            self._decay()
+        lists = self._lists
+        del lists[old][entry]
         n.region = cls
-        self._lists[cls][entry] = None
+        lists[cls][entry] = None
 
     def on_remove(self, entry) -> None:
         n = self.index.remove(entry)
         del self._lists[n.region][entry]
-        age = self.now - n.tick
-        self.lifetime = age if not self.lifetime else self.lifetime + 0.01 * (age - self.lifetime)
-        self._ghost(n.key, n.region, n.size, n.tick)
+        tick = n.tick
+        age = self.now - tick
+        life = self.lifetime
+        self.lifetime = age if not life else life + 0.01 * (age - life)
+        self._ghost(n.key, n.region, n.size, tick)
 
     def on_resize(self, entry, new_size, new_parent, new_key=None) -> None:
         n, old_parent = self.index.resize(entry, new_size, new_parent)
@@ -230,22 +268,32 @@ class TinyLFUPolicy(Policy):
         else:
             cls = self._new_class(1, candidate.size)
         h = self._horizon()
-        prob = self.probability
-        top = max((prob(nodes[v].region) / (now - nodes[v].tick + h) for v in victims), default=0.0)
-        if prob(cls) / h * self.admit_margin >= top:
+        hits, events = self.hits, self.events
+        ph, pe = self.prior_hits, self.prior_events
+        top = 0.0  # max(..., default=0.0), inlined: the first density replaces the default, as max does
+        first = True
+        for v in victims:
+            n = nodes[v]
+            c = n.region
+            d = (hits[c] + ph) / (events[c] + pe) / (now - n.tick + h)
+            if first or d > top:
+                top = d
+                first = False
+        if (hits[cls] + ph) / (events[cls] + pe) / h * self.admit_margin >= top:
             return True
         self._open(cls)
         self._ghost(candidate.key, cls, candidate.size, now)
         return False
 
     def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False) -> List[Hashable]:
-        nodes = self.index.nodes
         now = self.now
         h = self._horizon()
-        prob = self.probability
+        hits, events = self.hits, self.events
+        ph, pe = self.prior_hits, self.prior_events
 
         def rank(n):
-            return prob(n.region) / (now - n.tick + h)
+            c = n.region
+            return (hits[c] + ph) / (events[c] + pe) / (now - n.tick + h)
 
         return select_leaves(self.index, size, protected, self._order(now, h), rank, yields_inner=True)
 
@@ -253,23 +301,30 @@ class TinyLFUPolicy(Policy):
         """(density, node), lowest first: a heap over the cold end of each class's LRU list. Only the lists
         the selection actually reaches are walked, so a query costs O(classes) plus the victims taken."""
         nodes = self.index.nodes
+        lists = self._lists
+        hits, events = self.hits, self.events
+        ph, pe = self.prior_hits, self.prior_events
         heap = []
-        for c, lst in enumerate(self._lists):
-            if lst:
-                it = iter(lst)
-                n = nodes[next(it)]
-                p = self.probability(c)
-                heap.append((p / (now - n.tick + h), c, p, n, it))
-        heapq.heapify(heap)
+        append = heap.append
+        for c in compress(range(len(lists)), lists):  # the non-empty classes
+            n = nodes[next(iter(lists[c]))]
+            p = (hits[c] + ph) / (events[c] + pe)
+            # classes are distinct, so ties never reach the node; a list's iterator is made only once
+            # the selection takes its head
+            append((p / (now - n.tick + h), c, p, n, None))
+        heapify(heap)
         while heap:
             r, c, p, n, it = heap[0]
             yield r, n
+            if it is None:
+                it = iter(lists[c])
+                next(it)
             e = next(it, None)
             if e is None:
-                heapq.heappop(heap)
+                heappop(heap)
             else:
                 m = nodes[e]
-                heapq.heapreplace(heap, (p / (now - m.tick + h), c, p, m, it))
+                heapreplace(heap, (p / (now - m.tick + h), c, p, m, it))
 
     def __len__(self) -> int:
         return len(self.index.nodes)
