@@ -113,7 +113,8 @@ class SoakResult:
     @property
     def ok(self) -> bool:
         return self.failures == 0 and self.bad_input_failures == 0 and self.leaked_lock_refs == 0 \
-            and self.output_mismatches == 0 and self.stale_hits_after_revision == 0 and self.accounting_ok
+            and self.output_mismatches == 0 and self.stale_hits_after_revision == 0 and self.accounting_ok \
+            and not any(self.locks.values())
 
     def to_dict(self) -> dict:
         return {**asdict(self), "accounting_ok": self.accounting_ok, "ok": self.ok}
@@ -397,8 +398,12 @@ def run_soak(cfg: SoakConfig) -> SoakResult:
         server = target.server
         if rss["server"] is not server:  # a fault swapped it: measure the last one from its warm state on
             rss = {"server": server, "warm": injector.warm_rss}
-        locks = _wait_locks_released(server)
-        stats = server.get("/tiers/stats")
+        try:
+            locks = _wait_locks_released(server)
+            stats = server.get("/tiers/stats")
+        except OSError as e:  # e.g. a swap left no server up: reported, not raised
+            tally.error(f"the server did not answer after the run: {e}")
+            locks, stats = {"unanswered": 1}, {}
         rss_end = tree_rss(server.proc.pid)
         verify(target.revision)
         host_used, host_tree = _host_accounting(stats)
