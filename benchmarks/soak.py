@@ -267,6 +267,9 @@ def _seed_probe(server: Server, peer: PeerProcess, text: str) -> None:
         try:
             if int(peer_stats(peer.port)["stored"]) >= before + tokens:
                 return
+            # An idle scheduler only turns host-copy acks into peer writes when its loop runs: a stats
+            # request (handled by the scheduler) makes it run.
+            server.get("/tiers/stats")
         except (OSError, RuntimeError):
             return
         time.sleep(0.5)  # write-through to the peer is asynchronous; bounded by the deadline above

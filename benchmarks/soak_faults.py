@@ -153,7 +153,9 @@ class FaultInjector:
             self.errors.append(f"fault injection failed: {type(e).__name__}: {e}")
             self.target.resume()
 
-    def _swap_server(self, why: str, new_weights: bool, probe: int) -> None:
+    def _swap_server(self, why: str, new_weights: bool, probe: int) -> Dict[str, int]:
+        """Hold the sessions, seed probe `probe` on the old server, swap it, and return what the new server
+        finds of the probe, by tier."""
         self.swapping, self._swap_started = True, time.monotonic()
         try:
             if not self.target.pause(GATE_DEADLINE_S):
@@ -174,10 +176,12 @@ class FaultInjector:
                     ref.result()
             else:
                 new = self.restart()
+            found = self.probe(new, probe)  # before the sessions resume: the new server's first request
         finally:
             self._paused_s += time.monotonic() - self._swap_started
             self.swapping = False
         self.target.resume(new, revision)
+        return found
 
     def _measure_warm(self) -> None:
         from benchmarks.servers import tree_rss
@@ -187,9 +191,8 @@ class FaultInjector:
 
     def _run(self) -> None:
         if self._at(0.15):
-            self._swap_server("server restart", new_weights=False, probe=0)
+            self.probes["after_server_restart"] = self._swap_server("server restart", new_weights=False, probe=0)
             self._note("server_restart", "server restarted, peer kept")
-            self.probes["after_server_restart"] = self.probe(self.target.server, 0)
             self._measure_warm()
         if self._at(0.30):
             self.peer.kill()
@@ -209,7 +212,7 @@ class FaultInjector:
             size = memory_balloon()
             self._note("host_memory_pressure", f"host memory pressure: {size / 2**30:.1f} GiB held {BALLOON_HOLD_S:g}s")
         if self._at(0.75):
-            self._swap_server("model revision change", new_weights=True, probe=1)
+            self.probes["after_revision_change"] = self._swap_server("model revision change", new_weights=True,
+                                                                     probe=1)
             self._note("model_revision_change", "weights rewritten in place; server and reference restarted")
-            self.probes["after_revision_change"] = self.probe(self.target.server, 1)
             self._measure_warm()
