@@ -22,6 +22,7 @@ paused and counts requests in flight; `pause` closes the gate and waits until no
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -201,8 +202,6 @@ class FaultInjector:
             self.peer.start()
             self.log.append(f"peer restarted on port {self.peer.port}")
         if self._at(0.45):
-            import signal
-
             self.peer.signal(signal.SIGSTOP)
             self._note("peer_freeze", "SIGSTOP peer")
             self.stop.wait(3.0)
