@@ -40,6 +40,7 @@ from itertools import compress
 from typing import Callable, Hashable, Iterable, List, Optional
 
 from tiers.clock import Clock
+from tiers.policies._gate import ReuseGate
 from tiers.policies._tree import TreeIndex, select_leaves
 from tiers.policy import Candidate, Policy, register_policy
 
@@ -62,6 +63,8 @@ class TinyLFUPolicy(Policy):
         prior_events: float = 2.0,
         window_factor: float = 2.0,
         gap_buckets: int = 4,
+        gate_threshold: float = 0.3,
+        gate_horizon: float = 5.0,
     ):
         super().__init__(capacity, clock)
         if max_depth < 1:
@@ -98,6 +101,9 @@ class TinyLFUPolicy(Policy):
         self._returned: "OrderedDict[Hashable, None]" = OrderedDict()
         self._since_decay = 0
         self.now = 0  # the policy's clock: one tick per recorded key
+        # in front of the density contest: a new suffix whose class rarely comes back within a few
+        # capacities of traffic is declined outright (threshold 0: the gate always passes, v3 as it was)
+        self.gate = ReuseGate(capacity, threshold=gate_threshold, horizon=gate_horizon)
 
     # --- classes and their learned reuse probability ---
     # The hot paths (notifications, record, admit, victims) inline these helpers with locals: they run
@@ -169,6 +175,7 @@ class TinyLFUPolicy(Policy):
         index = self.index
         n = index.add(entry, key, size, parent)
         n.tick = self.now
+        self.gate.opened(key, n.depth, size)
         returned = self._returned
         if key in returned:  # a ghost that came back: it was used again, not a first-seen suffix
             del returned[key]
@@ -236,6 +243,7 @@ class TinyLFUPolicy(Policy):
         # a split: the new front node carries on the entry's event (it is what the request reuses); the
         # back part, which the request did not reach, starts a TAIL event
         front = self.index.nodes[new_parent]
+        self.gate.withdraw(front.key)
         self.events[front.region] -= 1
         del self._lists[front.region][new_parent]
         front.region, front.tick, front.depth, front.count = n.region, n.tick, n.depth, n.count
@@ -247,6 +255,7 @@ class TinyLFUPolicy(Policy):
         self._lists[self._tail][entry] = None
 
     def record(self, key) -> None:
+        self.gate.record(key)
         self.now += 1
         g = self._ghosts.pop(key, None)
         if g is not None:
@@ -258,10 +267,15 @@ class TinyLFUPolicy(Policy):
             if len(r) > 64:
                 r.popitem(last=False)
 
+    def observe(self, hit: int, total: int) -> None:
+        self.gate.observe(hit, total)
+
     # --- decisions ---
     def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
         nodes = self.index.nodes
         parent = nodes.get(candidate.parent) if candidate.parent is not None else None
+        if not self.gate.passes(candidate.key, parent.depth + 1 if parent is not None else 1, candidate.size):
+            return False
         now = self.now
         if parent is not None:
             cls = self._new_class(parent.depth + 1, candidate.size, self._gap_bucket(now - parent.tick))
