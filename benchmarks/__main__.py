@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="replay a trace through one policy")
     _add_replay_args(p)
     p.add_argument("--capacity-tokens", type=_capacity, required=True, help="device capacity in tokens")
-    p.add_argument("--policy", required=True, help="lru, lfu, slru, priority, opt, infinite, tinylfu, tiered-NAME")
+    p.add_argument("--policy", required=True, help="lru, lfu, slru, priority, opt, infinite, reuse-oracle, lru-blocks, tinylfu, tiered-NAME")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--progress", action="store_true", help="progress bar on stderr")
     p.set_defaults(_parser=p)

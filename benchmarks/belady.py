@@ -1,4 +1,4 @@
-"""Reference engines that need no SGLang: Belady's OPT with bypass, and an infinite cache.
+"""Reference engines that need no SGLang: Belady's OPT with bypass, a reuse oracle, and an infinite cache.
 
 OPT keeps, among the cached blocks plus the block being served, those whose next use is nearest; the one whose
 next use is farthest is evicted, or refused admission if it is the incoming block. Time is the position in the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import OrderedDict
 from typing import Dict, List, Sequence, Set
 
 from benchmarks.engines import Access, EngineStats
@@ -81,6 +82,59 @@ class BeladyEngine:
                 evicted.append(victim)
             self._cached[block] = nxt
             heapq.heappush(self._heap, (-nxt, -depth, block))
+        self._evicted += len(evicted)
+        self._ns += time.perf_counter_ns() - t0
+        return Access(hit_blocks=hit, evicted=evicted)
+
+    def cached_blocks(self) -> Set[int]:
+        return set(self._cached)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            evictions=self._evicted, evicted_blocks=self._evicted, admissions_rejected=self._rejected, policy_ns=self._ns
+        )
+
+
+class ReuseOracleEngine:
+    """LRU over blocks, leaf-first, that admits a block only if the trace uses it again: a perfect yes/no
+    prediction of reuse, with no knowledge of when.
+
+    It answers how much of Belady's margin an admission filter could win if it predicted reuse perfectly,
+    and so how good a predictor the issue #3 goal needs. A request touches its blocks deepest first, so a
+    parent is always more recent than its children and the LRU victim is always a leaf; an admitted block's
+    parent is admitted too (it is used again whenever the child is), so the cache stays prefix-closed.
+    With `admit_all` it is plain block-level leaf-first LRU (the trace README's "LRU, leaf-first" column).
+    """
+
+    def __init__(self, capacity_blocks: int, requests: Sequence[Request], admit_all: bool = False):
+        self.capacity = capacity_blocks
+        self._next = next_uses(requests)
+        self._admit_all = admit_all
+        self._pos = 0
+        self._cached: "OrderedDict[int, None]" = OrderedDict()
+        self._evicted = 0
+        self._rejected = 0
+        self._ns = 0
+
+    def access(self, req: Request) -> Access:
+        t0 = time.perf_counter_ns()
+        cached = self._cached
+        hit = 0
+        while hit < len(req.blocks) and req.blocks[hit] in cached:
+            hit += 1
+        start = self._pos
+        self._pos += len(req.blocks)
+        for depth in range(len(req.blocks) - 1, -1, -1):
+            block = req.blocks[depth]
+            if block in cached:
+                cached.move_to_end(block)
+            elif self._admit_all or self._next[start + depth] != NEVER:
+                cached[block] = None
+            else:
+                self._rejected += 1
+        evicted: List[int] = []
+        while len(cached) > self.capacity:
+            evicted.append(cached.popitem(last=False)[0])
         self._evicted += len(evicted)
         self._ns += time.perf_counter_ns() - t0
         return Access(hit_blocks=hit, evicted=evicted)

@@ -29,6 +29,8 @@ from benchmarks.trace import Request
 
 STOCK_POLICIES = ("lru", "lfu", "slru", "priority")
 TIERED_PREFIX = "tiered-"
+# engines that need no SGLang, in benchmarks.belady: bounds and reference lines, not candidate policies
+REFERENCE_ENGINES = ("opt", "infinite", "reuse-oracle", "lru-blocks")
 
 
 @dataclass(frozen=True)
@@ -213,14 +215,14 @@ def tiered_policy_names() -> List[str]:
 
 def known_policies() -> List[str]:
     tiered = tiered_policy_names()
-    return list(STOCK_POLICIES) + ["opt", "infinite"] + [TIERED_PREFIX + n for n in tiered] + [
+    return list(STOCK_POLICIES) + list(REFERENCE_ENGINES) + [TIERED_PREFIX + n for n in tiered] + [
         n for n in tiered if n not in STOCK_POLICIES
     ]
 
 
 def make_engine(name: str, capacity_blocks: int, requests: Sequence[Request], clock, policy_config=None):
     """An engine by benchmark policy name (see `known_policies()`)."""
-    from benchmarks.belady import BeladyEngine, InfiniteEngine
+    from benchmarks.belady import BeladyEngine, InfiniteEngine, ReuseOracleEngine
 
     if capacity_blocks <= 0:
         raise ValueError(f"capacity must hold at least one block, got {capacity_blocks} blocks")
@@ -230,6 +232,10 @@ def make_engine(name: str, capacity_blocks: int, requests: Sequence[Request], cl
         return BeladyEngine(capacity_blocks, requests)
     if name == "infinite":
         return InfiniteEngine()
+    if name == "reuse-oracle":
+        return ReuseOracleEngine(capacity_blocks, requests)
+    if name == "lru-blocks":
+        return ReuseOracleEngine(capacity_blocks, requests, admit_all=True)
     tiered = name[len(TIERED_PREFIX):] if name.startswith(TIERED_PREFIX) else name
     if tiered in tiered_policy_names() or tiered == "tinylfu":
         return TieredEngine(tiered, capacity_blocks, clock, policy_config)

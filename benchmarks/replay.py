@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, Optional
 
 from benchmarks.cost import DEFAULT_KV_BYTES_PER_TOKEN, Profile
-from benchmarks.engines import STOCK_POLICIES, logical_radix_time, make_engine
+from benchmarks.engines import REFERENCE_ENGINES, STOCK_POLICIES, logical_radix_time, make_engine
 from benchmarks.lower_tiers import LowerTiers, TierSpec
 from benchmarks.trace import Trace
 
@@ -74,7 +74,7 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
     kv_bytes = cfg.profile.kv_bytes_per_token if cfg.profile else DEFAULT_KV_BYTES_PER_TOKEN
 
     device_hit_tokens = block_hits = 0
-    uses_radix = cfg.policy not in ("opt", "infinite")
+    uses_radix = cfg.policy not in REFERENCE_ENGINES
     with (logical_radix_time() if uses_radix else contextlib.nullcontext()):
         engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config)
         t_start = time.perf_counter()  # after the engine is built: SGLang's import is not replay time
