@@ -25,8 +25,12 @@ entries and keeps TinyLFU's admission contest around it:
   the lowest density, so each class keeps an LRU list and a victim query keeps a small heap of the lists'
   cold ends, walking only the lists it takes from (no heap over all leaves). Leaf-only; parents become candidates once their last child is chosen
   (`_tree.select_leaves`).
-- Admission (with bypass): a new suffix comes in only if its class's density at age 0 beats every
-  victim's; a declined suffix adds nothing to the tier and becomes a ghost, so its class still learns.
+- Admission (with bypass), in two steps. First the reuse gate (`_gate.py`): a new suffix whose class comes
+  back within `gate_horizon` capacities of miss traffic less often than `gate_threshold` is declined. Its
+  horizon is what a cache can hold, not the cache's current lifetime, which on multi-turn traces is far
+  shorter than the time a conversation takes to return. Then the contest: the suffix comes in only if its
+  class's density at age 0 beats every victim's. A suffix declined by the contest adds nothing to the tier
+  and becomes a ghost, so its class still learns.
 
 `victims()` changes no state. A flat tier (parent=None) gets depth 1 for every entry: classes by size and
 reuse.
