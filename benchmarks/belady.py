@@ -36,16 +36,31 @@ def next_uses(requests: Sequence[Request]) -> List[float]:
     return out
 
 
-class BeladyEngine:
+class _BlockEngine:
+    """Counters and read-outs shared by the block-level reference engines (`_cached`: block -> anything)."""
+
     def __init__(self, capacity_blocks: int, requests: Sequence[Request]):
         self.capacity = capacity_blocks
         self._next = next_uses(requests)
         self._pos = 0
-        self._cached: Dict[int, float] = {}  # block -> its next use
-        self._heap: list = []  # (-next_use, -depth, block); stale entries skipped lazily
         self._evicted = 0
         self._rejected = 0
         self._ns = 0
+
+    def cached_blocks(self) -> Set[int]:
+        return set(self._cached)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            evictions=self._evicted, evicted_blocks=self._evicted, admissions_rejected=self._rejected, policy_ns=self._ns
+        )
+
+
+class BeladyEngine(_BlockEngine):
+    def __init__(self, capacity_blocks: int, requests: Sequence[Request]):
+        super().__init__(capacity_blocks, requests)
+        self._cached: Dict[int, float] = {}  # block -> its next use
+        self._heap: list = []  # (-next_use, -depth, block); stale entries skipped lazily
 
     def _farthest(self):
         while True:
@@ -86,16 +101,8 @@ class BeladyEngine:
         self._ns += time.perf_counter_ns() - t0
         return Access(hit_blocks=hit, evicted=evicted)
 
-    def cached_blocks(self) -> Set[int]:
-        return set(self._cached)
 
-    def stats(self) -> EngineStats:
-        return EngineStats(
-            evictions=self._evicted, evicted_blocks=self._evicted, admissions_rejected=self._rejected, policy_ns=self._ns
-        )
-
-
-class ReuseOracleEngine:
+class ReuseOracleEngine(_BlockEngine):
     """LRU over blocks, leaf-first, that admits a block only if the trace uses it again: a perfect yes/no
     prediction of reuse, with no knowledge of when.
 
@@ -107,14 +114,9 @@ class ReuseOracleEngine:
     """
 
     def __init__(self, capacity_blocks: int, requests: Sequence[Request], admit_all: bool = False):
-        self.capacity = capacity_blocks
-        self._next = next_uses(requests)
+        super().__init__(capacity_blocks, requests)
         self._admit_all = admit_all
-        self._pos = 0
         self._cached: "OrderedDict[int, None]" = OrderedDict()
-        self._evicted = 0
-        self._rejected = 0
-        self._ns = 0
 
     def access(self, req: Request) -> Access:
         t0 = time.perf_counter_ns()
@@ -138,14 +140,6 @@ class ReuseOracleEngine:
         self._evicted += len(evicted)
         self._ns += time.perf_counter_ns() - t0
         return Access(hit_blocks=hit, evicted=evicted)
-
-    def cached_blocks(self) -> Set[int]:
-        return set(self._cached)
-
-    def stats(self) -> EngineStats:
-        return EngineStats(
-            evictions=self._evicted, evicted_blocks=self._evicted, admissions_rejected=self._rejected, policy_ns=self._ns
-        )
 
 
 class InfiniteEngine:

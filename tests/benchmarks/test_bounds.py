@@ -40,15 +40,17 @@ def test_opt_bounds_every_policy_and_infinite_bounds_opt(seed, n, capacity):
     assert opt <= block_hits("infinite", capacity, reqs)
 
 
+def _parents(reqs):
+    """block -> the block before it in its prompt (None at the root)."""
+    return {b: (r.blocks[i - 1] if i else None) for r in reqs for i, b in enumerate(r.blocks)}
+
+
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 40), capacity=st.integers(1, 10))
 def test_opt_keeps_a_prefix_closed_cache_within_capacity(seed, n, capacity):
     """Leaf-only semantics: no cached block ever loses its parent, so hits are real prefix hits."""
     reqs = random_chain_trace(seed, n).requests
-    parent = {}
-    for r in reqs:
-        for i, b in enumerate(r.blocks):
-            parent[b] = r.blocks[i - 1] if i else None
+    parent = _parents(reqs)
     engine = BeladyEngine(capacity, reqs)
     for r in reqs:
         engine.access(r)
@@ -97,10 +99,7 @@ def test_reuse_oracle_stays_prefix_closed_and_between_its_lru_and_opt(seed, n, c
     """Guards: an oracle that caches past capacity or strands blocks (it would overstate what a perfect
     reuse predictor wins), and one that admits blocks never used again."""
     reqs = random_chain_trace(seed, n).requests
-    parent = {}
-    for r in reqs:
-        for i, b in enumerate(r.blocks):
-            parent[b] = r.blocks[i - 1] if i else None
+    parent = _parents(reqs)
     engine = ReuseOracleEngine(capacity, reqs)
     before = set()
     for k, r in enumerate(reqs):
