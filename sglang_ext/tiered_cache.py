@@ -183,11 +183,15 @@ class TieredRadixCache(RadixCache):
         if remainder and admit_here:
             need = self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens
             if need > 0:
-                on_path = set(path)
-                victims = policy.victims(need, lambda n: n.lock_ref > 0 or n in on_path)
-                freed = sum(len(v.key) for v in victims)
-                ok = freed >= need and policy.admit(Candidate(cand_key, remainder, self._entry(anchor)), victims)
-                calls += 2
+                candidate = Candidate(cand_key, remainder, self._entry(anchor))
+                ok = policy.may_admit(candidate)  # a verdict that needs no victims spares the victim query
+                calls += 1
+                if ok:
+                    on_path = set(path)
+                    victims = policy.victims(need, lambda n: n.lock_ref > 0 or n in on_path)
+                    freed = sum(len(v.key) for v in victims)
+                    ok = freed >= need and policy.admit(candidate, victims)
+                    calls += 2
                 if not ok:
                     if counted:
                         for node in path:

@@ -85,6 +85,12 @@ class Policy(ABC):
     def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False) -> List[Hashable]:
         """Entries to evict, in order, totalling at least `size` units (fewer if not enough can go)."""
 
+    def may_admit(self, candidate: Candidate) -> bool:
+        """A first verdict that does not depend on the victims (a learned bar, say). False declines
+        `candidate` and the tier skips the victim query; True leaves the decision to `admit`, which must
+        still give the whole verdict for a caller that never asks this."""
+        return True
+
     def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
         """Whether `candidate` is worth evicting `victims`. Recency policies always admit."""
         return True

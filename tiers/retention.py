@@ -178,6 +178,7 @@ class RetainingPolicy(Policy):
         self.on_insert = inner.on_insert
         self.record = inner.record
         self.observe = inner.observe
+        self.may_admit = inner.may_admit
         self.admit = inner.admit
 
     def on_insert(self, entry, key, size, parent=None) -> None:  # the abstract method; the instance's is inner's

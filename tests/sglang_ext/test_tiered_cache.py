@@ -141,6 +141,27 @@ def test_declined_insert_adds_nothing():
     check_invariants(c)
 
 
+def test_a_may_admit_decline_skips_the_victim_query_and_adds_nothing():
+    """Guards: a tier that asks for victims before the policy's victim-free verdict (the reuse gate), which
+    made a declined insert cost a full victim query, and one that inserts what may_admit declined."""
+    c = TieredRadixCache.create_simulated(policy="reuse-gate", capacity_tokens=8, clock=ManualClock())
+    gate = c.policy.inner
+    queries = []
+    real_victims = gate.victims
+    gate.victims = lambda *a, **k: queries.append(1) or real_victims(*a, **k)
+    ins(c, [1, 2, 3, 4, 5, 6, 7, 8])  # fills the pool
+    gate.gate.threshold = 1.0  # no class reaches it: every remainder is declined before any victim query
+    before = c.total_size()
+    r = ins(c, [9, 9, 9])
+    assert not queries
+    assert c.tier_stats().admissions_rejected == 1
+    assert r.prefix_len == 3 and c.total_size() == before and hit(c, [9, 9, 9]) == 0
+    gate.gate.threshold = 0.0  # every class passes: the tier asks for victims and admits
+    ins(c, [9, 9, 9])
+    assert queries and hit(c, [9, 9, 9]) == 3
+    check_invariants(c)
+
+
 def test_evict_frees_values_through_allocator():
     alloc = CountingAlloc(100)
     c = TieredRadixCache.create_simulated(policy="lru", capacity_tokens=100, mock_allocator=alloc)

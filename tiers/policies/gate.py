@@ -36,6 +36,9 @@ class ReuseGatePolicy(LRUPolicy):
     def observe(self, hit: int, total: int) -> None:
         self.gate.observe(hit, total)
 
-    def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
+    def may_admit(self, candidate: Candidate) -> bool:
         parent = self.index.nodes.get(candidate.parent) if candidate.parent is not None else None
         return self.gate.passes(candidate.key, parent.depth + 1 if parent is not None else 1, candidate.size)
+
+    def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
+        return self.may_admit(candidate)

@@ -275,11 +275,15 @@ class TinyLFUPolicy(Policy):
         self.gate.observe(hit, total)
 
     # --- decisions ---
+    def may_admit(self, candidate: Candidate) -> bool:
+        parent = self.index.nodes.get(candidate.parent) if candidate.parent is not None else None
+        return self.gate.passes(candidate.key, parent.depth + 1 if parent is not None else 1, candidate.size)
+
     def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
+        if not self.may_admit(candidate):  # a pass changes nothing, so asking again after the tier did is safe
+            return False
         nodes = self.index.nodes
         parent = nodes.get(candidate.parent) if candidate.parent is not None else None
-        if not self.gate.passes(candidate.key, parent.depth + 1 if parent is not None else 1, candidate.size):
-            return False
         now = self.now
         if parent is not None:
             cls = self._new_class(parent.depth + 1, candidate.size, self._gap_bucket(now - parent.tick))
