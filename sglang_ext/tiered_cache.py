@@ -183,7 +183,7 @@ class TieredRadixCache(RadixCache):
         if remainder and admit_here:
             need = self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens
             if need > 0:
-                candidate = Candidate(cand_key, remainder, self._entry(anchor))
+                candidate = Candidate(cand_key, remainder, self._entry(anchor), retained=ttl_s is not None)
                 ok = policy.may_admit(candidate)  # a verdict that needs no victims spares the victim query
                 calls += 1
                 if ok:

@@ -41,6 +41,7 @@ class Candidate:
     key: Hashable  # scoped block key (see tiers.keys); what the frequency sketch counts
     size: int
     parent: Optional[Hashable] = None  # entry it would hang under in a tree tier (None: root level / flat)
+    retained: bool = False  # the request asked to keep it (a session TTL): learned bars do not apply
 
 
 class Policy(ABC):

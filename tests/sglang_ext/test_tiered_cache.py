@@ -162,6 +162,21 @@ def test_a_may_admit_decline_skips_the_victim_query_and_adds_nothing():
     check_invariants(c)
 
 
+@pytest.mark.parametrize("name", ["tinylfu", "reuse-gate"])
+def test_a_session_ttl_request_passes_the_learned_bar(name):
+    """Guards: a gate that declines what a client asked to retain (cache_control TTL): the session's next
+    turn would then find nothing, whatever its class's estimate says."""
+    c = TieredRadixCache.create_simulated(policy=name, capacity_tokens=8, clock=ManualClock())
+    ins(c, [1, 2, 3, 4, 5, 6, 7, 8])
+    c.policy.inner.gate.threshold = 1.0  # no class reaches it
+    ins(c, [9, 9, 9])
+    assert c.tier_stats().admissions_rejected == 1 and hit(c, [9, 9, 9]) == 0
+    ins(c, [10, 10, 10], ttl_s=60)
+    assert c.tier_stats().admissions_rejected == 1
+    assert hit(c, [10, 10, 10]) == 3
+    check_invariants(c)
+
+
 def test_evict_frees_values_through_allocator():
     alloc = CountingAlloc(100)
     c = TieredRadixCache.create_simulated(policy="lru", capacity_tokens=100, mock_allocator=alloc)

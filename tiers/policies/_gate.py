@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Dict, Hashable, Tuple
 
+from tiers.policy import Candidate
+
 
 class ReuseGate:
     """Not thread-safe: called by the policy that owns it, under the tier's lock."""
@@ -71,6 +73,11 @@ class ReuseGate:
 
     def reuse_probability(self, cls: int) -> float:
         return (self.hits.get(cls, 0.0) + self.prior_hits) / (self.events.get(cls, 0.0) + self.prior_events)
+
+    def admits(self, candidate: Candidate, parent_depth: int) -> bool:
+        """`passes` for a tier's candidate. A retained one (its request asked for a session TTL) always passes:
+        the client said it will come back, which no class estimate knows better."""
+        return candidate.retained or self.passes(candidate.key, parent_depth + 1, candidate.size)
 
     def passes(self, key: Hashable, depth: int, size: int) -> bool:
         """Whether a new suffix may enter; a declined one opens its event here (it gets no `opened`)."""

@@ -38,7 +38,7 @@ class ReuseGatePolicy(LRUPolicy):
 
     def may_admit(self, candidate: Candidate) -> bool:
         parent = self.index.nodes.get(candidate.parent) if candidate.parent is not None else None
-        return self.gate.passes(candidate.key, parent.depth + 1 if parent is not None else 1, candidate.size)
+        return self.gate.admits(candidate, parent.depth if parent is not None else 0)
 
     def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
         return self.may_admit(candidate)
