@@ -40,6 +40,9 @@ class Access:
     hit_blocks: int
     evicted: Sequence[int]  # block ids dropped from the device while serving this request
     rejected_blocks: int = 0  # blocks of this request the tier declined to cache
+    # blocks computed for this request that an admission policy declined to keep on the device: with lower
+    # tiers they go down as an eviction would (device bypass), not lost
+    declined: Sequence[int] = ()
 
 
 @dataclass(frozen=True)
@@ -190,8 +193,10 @@ class TieredEngine:
         match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(ids)))
         hit = len(match.device_indices)
         value = self._torch.tensor(ids, dtype=self._torch.int64)
+        rejected = self.cache.tier_stats().admissions_rejected
         self.cache.insert(InsertParams(key=RadixKey(ids), value=value, priority=req.priority), ttl_s=req.ttl_s)
-        return Access(hit_blocks=hit, evicted=self.allocator.take())
+        declined = req.blocks[hit:] if self.cache.tier_stats().admissions_rejected > rejected else ()
+        return Access(hit_blocks=hit, evicted=self.allocator.take(), declined=declined)
 
     def stats(self) -> EngineStats:
         s = self.cache.tier_stats()

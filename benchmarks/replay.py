@@ -2,7 +2,7 @@
 
 Per request, in trace order: the injected ManualClock is set to the row's timestamp (so session TTLs follow
 trace time), the device engine serves the request (match, evict, insert), the lower tiers continue the prefix
-the device missed, and the blocks the device evicted are demoted. Hit rates are token-weighted: a hit block
+the device missed, and the blocks the device evicted, or computed and declined to keep, are demoted. Hit rates are token-weighted: a hit block
 counts its real token count (the last block of a prompt may be partial).
 """
 
@@ -90,6 +90,7 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
                 found = lower.lookup(req.blocks, access.hit_blocks, sizes)
                 block_hits += sum(found.values())
                 lower.demote(access.evicted)
+                lower.demote(access.declined)
     elapsed = time.perf_counter() - t_start
     stats = engine.stats()
 

@@ -86,6 +86,22 @@ def test_a_host_tier_larger_than_the_trace_recovers_every_evicted_block():
     assert 0 < host["store"] <= device_only.evicted_blocks * block_bytes and host["store"] % block_bytes == 0
 
 
+@pytest.mark.skipif("tinylfu" not in tiered_policy_names(), reason="tinylfu not registered")
+def test_a_suffix_the_device_declines_still_reaches_the_host_tier():
+    """Guards: a replay that drops what the device's admission declined (it was computed: a tiered cache
+    writes it below instead of losing it), which made a gated policy look far worse with lower tiers."""
+    trace = load_trace("conversation", limit=400)
+    cap = 2 * 10**5
+    shut = {"gate_threshold": 1.0}  # the device declines every new suffix once it is full
+    device_only = replay(trace, ReplayConfig(policy="tinylfu", capacity_tokens=cap, policy_config=shut))
+    tiered = replay(trace, ReplayConfig(policy="tinylfu", capacity_tokens=cap, host_tokens=10**9, policy_config=shut))
+    lru_tiered = replay(trace, ReplayConfig(policy="lru", capacity_tokens=cap, host_tokens=10**9))
+    assert device_only.admissions_rejected > 0
+    assert tiered.hit_rate_by_tier["device"] == device_only.token_hit_rate
+    # with a host tier that holds everything, declining on the device loses nothing overall
+    assert tiered.token_hit_rate == pytest.approx(lru_tiered.token_hit_rate)
+
+
 def test_host_evictions_spill_to_the_peer_tier():
     trace = load_trace("conversation", limit=400)
     r = replay(trace, ReplayConfig(policy="lru", capacity_tokens=10**5, host_tokens=10**5, peer_tokens=10**9))
