@@ -75,6 +75,7 @@ class BeladyEngine(_BlockEngine):
         while hit < len(req.blocks) and req.blocks[hit] in self._cached:
             hit += 1
         evicted: List[int] = []
+        declined: List[int] = []
         bypassing = False
         for depth, block in enumerate(req.blocks):
             nxt = self._next[self._pos]
@@ -85,12 +86,14 @@ class BeladyEngine(_BlockEngine):
                 continue
             if bypassing:  # every later block of this prompt is used even later: refused too
                 self._rejected += 1
+                declined.append(block)
                 continue
             if len(self._cached) >= self.capacity:
                 key, victim = self._farthest()
                 if key <= (nxt, depth):
                     bypassing = True
                     self._rejected += 1
+                    declined.append(block)
                     continue
                 heapq.heappop(self._heap)
                 del self._cached[victim]
@@ -99,7 +102,7 @@ class BeladyEngine(_BlockEngine):
             heapq.heappush(self._heap, (-nxt, -depth, block))
         self._evicted += len(evicted)
         self._ns += time.perf_counter_ns() - t0
-        return Access(hit_blocks=hit, evicted=evicted)
+        return Access(hit_blocks=hit, evicted=evicted, declined=declined)
 
 
 class ReuseOracleEngine(_BlockEngine):
@@ -126,6 +129,7 @@ class ReuseOracleEngine(_BlockEngine):
             hit += 1
         start = self._pos
         self._pos += len(req.blocks)
+        declined: List[int] = []
         for depth in range(len(req.blocks) - 1, -1, -1):
             block = req.blocks[depth]
             if block in cached:
@@ -134,12 +138,13 @@ class ReuseOracleEngine(_BlockEngine):
                 cached[block] = None
             else:
                 self._rejected += 1
+                declined.append(block)
         evicted: List[int] = []
         while len(cached) > self.capacity:
             evicted.append(cached.popitem(last=False)[0])
         self._evicted += len(evicted)
         self._ns += time.perf_counter_ns() - t0
-        return Access(hit_blocks=hit, evicted=evicted)
+        return Access(hit_blocks=hit, evicted=evicted, declined=declined[::-1])
 
 
 class InfiniteEngine:
