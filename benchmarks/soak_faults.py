@@ -163,7 +163,7 @@ class FaultInjector:
                 raise RuntimeError(f"{why}: requests still in flight at the gate deadline")
             old = self.target.server
             # seeded while the sessions are held: the peer's page count then grows by the probe's pages alone
-            self.seed_probe(old, probe)
+            self.log.append(f"{time.monotonic() - self._t0:.1f}s {why}: {self.seed_probe(old, probe)}")
             revision = self.target.revision
             if new_weights:
                 self.verify(revision)  # the reference still serves these weights

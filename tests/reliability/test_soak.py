@@ -27,7 +27,7 @@ def test_short_soak_with_every_fault(tmp_path):
     assert result.output_mismatches == 0, result.errors
     assert sum(result.hits_by_tier.values()) > 0, result.hits_by_tier  # the cache really was in use
     # a restarted server finds the prefix in the peer it kept; after the weights change nothing is found
-    assert result.probes["after_server_restart"].get("storage", 0) > 0, result.probes
+    assert result.probes["after_server_restart"].get("storage", 0) > 0, (result.probes, result.fault_log)
     assert result.stale_hits_after_revision == 0, result.probes
     assert result.host_used_tokens == result.host_tree_tokens
     assert result.accounting_ok, result.peer_slots
