@@ -137,6 +137,8 @@ def main(argv=None):
             if cache is not None and label not in ops:
                 ops[label] = _per_op(cache)
         base = this_round[runs[0][0]]
+        if base <= 0:
+            ap.error("stock LRU evicted nothing, so there is no baseline: raise --requests or lower --capacity-tokens")
         for label, ns in this_round.items():
             costs[label].append(ns)
             ratios[label].append(ns / base)
