@@ -31,7 +31,7 @@ FIFO holds at most horizon x capacity entries (every event is at least one unit 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Dict, Hashable, Tuple
+from typing import Any, Dict, Hashable, Mapping, Tuple
 
 from tiers.policy import Candidate
 
@@ -74,10 +74,14 @@ class ReuseGate:
     def reuse_probability(self, cls: int) -> float:
         return (self.hits.get(cls, 0.0) + self.prior_hits) / (self.events.get(cls, 0.0) + self.prior_events)
 
-    def admits(self, candidate: Candidate, parent_depth: int) -> bool:
-        """`passes` for a tier's candidate. A retained one (its request asked for a session TTL) always passes:
-        the client said it will come back, which no class estimate knows better."""
-        return candidate.retained or self.passes(candidate.key, parent_depth + 1, candidate.size)
+    def admits(self, candidate: Candidate, nodes: Mapping[Hashable, Any]) -> bool:
+        """`passes` for a tier's candidate; `nodes` is the policy's tree index (entry -> node with a depth). A
+        retained one (its request asked for a session TTL) always passes: the client said it will come back,
+        which no class estimate knows better."""
+        if candidate.retained:
+            return True
+        parent = nodes.get(candidate.parent) if candidate.parent is not None else None
+        return self.passes(candidate.key, parent.depth + 1 if parent is not None else 1, candidate.size)
 
     def passes(self, key: Hashable, depth: int, size: int) -> bool:
         """Whether a new suffix may enter; a declined one opens its event here (it gets no `opened`)."""

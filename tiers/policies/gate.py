@@ -37,8 +37,7 @@ class ReuseGatePolicy(LRUPolicy):
         self.gate.observe(hit, total)
 
     def may_admit(self, candidate: Candidate) -> bool:
-        parent = self.index.nodes.get(candidate.parent) if candidate.parent is not None else None
-        return self.gate.admits(candidate, parent.depth if parent is not None else 0)
+        return self.gate.admits(candidate, self.index.nodes)
 
     def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
         return self.may_admit(candidate)

@@ -276,8 +276,7 @@ class TinyLFUPolicy(Policy):
 
     # --- decisions ---
     def may_admit(self, candidate: Candidate) -> bool:
-        parent = self.index.nodes.get(candidate.parent) if candidate.parent is not None else None
-        return self.gate.admits(candidate, parent.depth if parent is not None else 0)
+        return self.gate.admits(candidate, self.index.nodes)
 
     def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
         if not self.may_admit(candidate):  # a pass changes nothing, so asking again after the tier did is safe
