@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     if args.ucx_tls:
         os.environ["UCX_TLS"] = args.ucx_tls
 
-    from sglang_ext.peer_server import PeerClient
+    from tiers.peer.client import PeerClient
     from transfer.base import deadline_in
     from transfer.local_transport import LocalFabric, LocalTransport
     from transfer.nixl_transport import NixlTransport

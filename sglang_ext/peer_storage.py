@@ -39,7 +39,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo
-from sglang_ext.peer_server import PeerClient
+from tiers.peer.client import PeerClient
 from tiers.clock import Clock, MonotonicClock
 from transfer.base import Range, Transport, TransferError
 

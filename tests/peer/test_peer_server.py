@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from sglang_ext.peer_server import PeerClient
+from tiers.peer.client import PeerClient
 from transfer.base import TransferError
 
 PAGE = 4096

@@ -20,7 +20,7 @@ import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
-from sglang_ext.peer_server import PeerClient
+from tiers.peer.client import PeerClient
 from sglang_ext.peer_storage import PeerStorage, parse_peers, rendezvous_order
 from tiers.clock import ManualClock
 from transfer.base import Transport

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from sglang_ext.peer_server import page_checksum, scoped_key
+from tiers.peer.protocol import page_checksum, scoped_key
 from sglang_ext.serving_cache import tenant_label
 from benchmarks.servers import peer_stats, wait_for_peer_pages
 from tests.reliability.conftest import server_args

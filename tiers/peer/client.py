@@ -1,0 +1,173 @@
+"""PeerClient: one connection to one peer server (the protocol is in tiers/peer/__init__.py)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from typing import List, Optional, Sequence, Tuple
+
+from tiers.peer.protocol import PROTOCOL_VERSION, PeerError, page_checksum, scoped_key
+from tiers.peer.store import StoreStats
+from transfer.base import Range, Transport, TransferError, deadline_in, remaining
+from transfer.control import recv_message, send_message
+
+logger = logging.getLogger("peer_client")
+
+
+
+class PeerClient:
+    """One connection to one peer server, for pages of `page_bytes` bytes.
+
+    A page is given as a list of local ranges (pieces, in order) that together hold `page_bytes` bytes;
+    the local memory must be registered with `transport`. Every call finishes by `timeout_s` or raises
+    `TransferError` (`TransferTimeout` for a missed deadline) and drops the connection, so the next call
+    reconnects: a restarted peer is picked up without further ado.
+
+    Thread-safe: one lock per client serializes whole calls (request, transfer, commit).
+    """
+
+    def __init__(self, host: str, port: int, transport: Transport, page_bytes: int, timeout_s: float = 2.0):
+        self.host, self.port = host, int(port)
+        self.transport = transport
+        self.page_bytes = page_bytes
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._sock: Optional[socket.socket] = None
+        self._peer: Optional[str] = None
+        self._pool_addr = 0
+        self.corrupt_pages = 0  # pages whose checksum failed after a read (guarded by _lock)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset()
+
+    def _reset(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._peer is not None:
+            self.transport.disconnect(self._peer)
+            self._peer = None
+
+    def _connect(self, deadline: float) -> None:
+        try:
+            self._sock = socket.create_connection((self.host, self.port), timeout=max(0.001, remaining(deadline)))
+        except OSError as e:
+            raise TransferError(f"cannot reach peer {self.address}: {e}") from e
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        body = {"op": "hello", "version": PROTOCOL_VERSION, "page_bytes": self.page_bytes,
+                "client": self.transport.name}
+        info, blob = self._roundtrip(body, deadline)
+        self._pool_addr = int(info["pool_addr"])
+        self._peer = self.transport.connect(blob, deadline)
+
+    def _roundtrip(self, body: dict, deadline: float) -> Tuple[dict, bytes]:
+        send_message(self._sock, body, deadline)
+        resp, blob = recv_message(self._sock, deadline)
+        if not resp.get("ok"):
+            raise PeerError(f"peer {self.address} refused {body['op']}: {resp.get('error')}")
+        return resp, blob
+
+    def _call(self, fn, *args):
+        """Run `fn(deadline, *args)` connected, under the lock; any failure drops the connection."""
+        deadline = deadline_in(self.timeout_s)
+        with self._lock:
+            try:
+                if self._sock is None:
+                    self._connect(deadline)
+                return fn(deadline, *args)
+            except TransferError:
+                self._reset()
+                raise
+            except (KeyError, TypeError, ValueError) as e:  # a malformed answer
+                self._reset()
+                raise TransferError(f"bad answer from {self.address}: {e}") from e
+
+    def _check_pages(self, pages: Sequence[Sequence[Range]]) -> None:
+        for p in pages:
+            if sum(n for _, n in p) != self.page_bytes:
+                raise ValueError(f"a page must hold {self.page_bytes} bytes, got {sum(n for _, n in p)}")
+
+    def _remote(self, offset: int, page: Sequence[Range]) -> List[Range]:
+        out, at = [], self._pool_addr + offset
+        for _, n in page:
+            out.append((at, n))
+            at += n
+        return out
+
+    # --- operations ---
+    def put(self, ns: str, keys: Sequence[str], pages: Sequence[Sequence[Range]]) -> List[bool]:
+        """Store pages; True where the peer now holds the page (or another writer is storing it)."""
+        self._check_pages(pages)
+        sums = [page_checksum(scoped_key(ns, k), p) for k, p in zip(keys, pages)]
+        return self._call(self._put, ns, list(keys), pages, sums)
+
+    def _put(self, deadline, ns, keys, pages, sums) -> List[bool]:
+        resp, _ = self._roundtrip({"op": "alloc", "ns": ns, "keys": keys}, deadline)
+        slots = resp["slots"]
+        out = [s["state"] in ("exists", "busy") for s in slots]
+        todo = [i for i, s in enumerate(slots) if s["state"] == "alloc"]
+        if not todo:
+            return out
+        local, remote = self._ranges(todo, [s and s.get("offset") for s in slots], pages)
+        self.transport.write(self._peer, local, remote, deadline)
+        body = {"op": "commit", "ns": ns, "keys": [keys[i] for i in todo], "checksums": [sums[i] for i in todo]}
+        resp, _ = self._roundtrip(body, deadline)
+        for i, ok in zip(todo, resp["stored"]):
+            out[i] = bool(ok)
+        return out
+
+    def _ranges(self, todo, offsets, pages):
+        """Local and remote ranges of pages `todo` (one prepared transfer for all of them)."""
+        local, remote = [], []
+        for i in todo:
+            local.extend(pages[i])
+            remote.extend(self._remote(offsets[i], pages[i]))
+        return local, remote
+
+    def get(self, ns: str, keys: Sequence[str], pages: Sequence[Sequence[Range]]) -> List[bool]:
+        """Read pages into `pages`; True where the bytes arrived and their checksum matched.
+
+        Where False, the destination memory holds undefined bytes."""
+        self._check_pages(pages)
+        return self._call(self._get, ns, list(keys), pages)
+
+    def _get(self, deadline, ns, keys, pages) -> List[bool]:
+        resp, _ = self._roundtrip({"op": "lookup", "ns": ns, "keys": keys, "pin": True}, deadline)
+        found = resp["pages"]
+        todo = [i for i, f in enumerate(found) if f is not None]
+        out = [False] * len(keys)
+        if not todo:
+            return out
+        local, remote = self._ranges(todo, [f and f["offset"] for f in found], pages)
+        self.transport.read(self._peer, local, remote, deadline)
+        bad = []
+        for i in todo:
+            if page_checksum(scoped_key(ns, keys[i]), pages[i]) == found[i]["checksum"]:
+                out[i] = True
+            else:
+                bad.append(keys[i])
+        if bad:
+            self.corrupt_pages += len(bad)
+            logger.warning("peer %s served %d page(s) failing their checksum", self.address, len(bad))
+            self._roundtrip({"op": "report", "ns": ns, "keys": bad}, deadline)
+        return out
+
+    def exists(self, ns: str, keys: Sequence[str]) -> List[bool]:
+        return self._call(self._exists, ns, list(keys))
+
+    def _exists(self, deadline, ns, keys) -> List[bool]:
+        resp, _ = self._roundtrip({"op": "lookup", "ns": ns, "keys": keys, "pin": False}, deadline)
+        return [p is not None for p in resp["pages"]]
+
+    def stats(self) -> StoreStats:
+        return self._call(lambda d: StoreStats(**self._roundtrip({"op": "stats"}, d)[0]["stats"]))
+
+    def corrupt(self, ns: str, key: str) -> None:
+        """Test hook (server started with --enable-test-hooks)."""
+        self._call(lambda d: self._roundtrip({"op": "corrupt", "ns": ns, "key": key}, d))
