@@ -1,4 +1,4 @@
-"""`python -m benchmarks {replay,generate,sweep,cost,live,soak} ...` (see --help of each)."""
+"""`python -m benchmarks {replay,generate,sweep,cost,live,soak,thrash} ...` (see --help of each)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sweep", help="replay a trace over policies x capacities; table and plots")
     _add_replay_args(s)
-    s.add_argument("--capacities", required=True, help="comma-separated token counts, e.g. 1e6,3e6")
+    s.add_argument("--capacities", default=None,
+                   help="comma-separated token counts, e.g. 1e6,3e6 (default: 1/32 to all of the trace's distinct "
+                        "prompt tokens, in doublings)")
     s.add_argument("--policies", default="lru,lfu,slru,priority,opt,infinite", help="comma-separated")
     s.add_argument("--out", required=True, help="output folder")
     s.add_argument("--workers", type=_positive_int, default=2, help="processes (at most 2)")
@@ -65,12 +67,22 @@ def build_parser() -> argparse.ArgumentParser:
                                        "checks failures, leaked locks, memory and outputs")
     add_soak_arguments(soak)
     soak.set_defaults(_parser=soak)
+    from benchmarks.thrash import add_arguments as add_thrash_arguments
+
+    thrash = sub.add_parser("thrash", help="working set fits, then 3x the pool, then fits: thrash indicator and "
+                                           "recurring-prefix hit rate, stock beside tiered")
+    add_thrash_arguments(thrash)
+    thrash.set_defaults(_parser=thrash)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "json", False):
+        from benchmarks.progress import set_quiet
+
+        set_quiet()
     try:
         if args.command == "replay":
             return _replay(args, args._parser)
@@ -92,6 +104,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             from benchmarks.soak import main as soak_main
 
             return soak_main(args)
+        if args.command == "thrash":
+            from benchmarks.thrash import main as thrash_main
+
+            return thrash_main(args)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -112,7 +128,7 @@ def replay_config_from_args(args, policy: str, capacity: int):
         session_ttl_s=args.session_ttl,
         profile=load_profile(args.profile) if args.profile else None,
         policy_config=args.policy_config,
-        progress=getattr(args, "progress", False),
+        progress=True if getattr(args, "progress", False) else None,  # None: on a terminal, unless --json
     )
 
 

@@ -18,8 +18,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
+from benchmarks.progress import track
 from benchmarks.servers import Server, start_server
 
 WORDS = ("cache token prefix session tenant model server request reply host device peer memory block page tree "
@@ -97,15 +98,19 @@ def run_session(server: Server, system: str, users: List[str], max_tokens: int) 
 
 
 def drive(server: Server, name: str, seed: int, sessions: int, turns: int, concurrency: int,
-          max_tokens: int) -> LiveReport:
+          max_tokens: int, ttfts_out: Optional[dict] = None) -> LiveReport:
+    """One server's run; `ttfts_out[name]` receives every request's TTFT (ms), for the CDF plot."""
     system, users = conversations(seed, sessions, turns)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        results = list(pool.map(lambda u: run_session(server, system, u, max_tokens), users))
+        results = list(track(pool.map(lambda u: run_session(server, system, u, max_tokens), users),
+                             f"live {name}", total=len(users), unit="sessions"))
     wall = time.perf_counter() - start
     done = [t for ts, _ in results for t in ts]
     failures = sum(f for _, f in results)
     ttfts = sorted(t.ttft_s * 1000 for t in done) or [0.0]
+    if ttfts_out is not None:
+        ttfts_out[name] = [t.ttft_s * 1000 for t in done]
     p99 = ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))]
     prompt = sum(t.prompt_tokens for t in done)
     return LiveReport(name, len(done), failures, statistics.median(ttfts), p99, len(done) / wall,
@@ -113,7 +118,7 @@ def drive(server: Server, name: str, seed: int, sessions: int, turns: int, concu
                       sum(t.cached_tokens for t in done) / prompt if prompt else 0.0)
 
 
-def compare(args) -> List[LiveReport]:
+def compare(args, ttfts_out: Optional[dict] = None) -> List[LiveReport]:
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="live-"))
     common = ["--enable-cache-report", *(["--max-total-tokens", str(args.max_total_tokens)]
                                          if args.max_total_tokens else [])]
@@ -126,7 +131,7 @@ def compare(args) -> List[LiveReport]:
                               model_path=args.model_path if kind == "stock" else None)
         try:
             reports.append(drive(server, kind, args.seed, args.sessions, args.turns, args.concurrency,
-                                 args.max_tokens))
+                                 args.max_tokens, ttfts_out))
         finally:
             server.stop()
     return reports
@@ -154,13 +159,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tier-args", default="", help="extra flags for the tiered server, e.g. '--tier-policy lru'")
     p.add_argument("--log-dir", default=None)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--plot", default=None, help="write the TTFT CDF of both servers to this PNG")
 
 
 def main(args) -> int:
     for name in ("sessions", "turns", "concurrency", "max_tokens"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be positive")
-    reports = compare(args)
+    ttfts = {}
+    reports = compare(args, ttfts)
+    if args.plot:
+        from benchmarks.plots import plot_ttft_cdf
+
+        plot_ttft_cdf(ttfts, args.plot, title=f"({args.sessions} sessions x {args.turns} turns)")
     if args.json:
         print(json.dumps({r.server: asdict(r) for r in reports}, indent=2))
     else:

@@ -82,6 +82,44 @@ def _tiered(reqs, cap, policy):
     return c.tier_stats().policy_ns / len(reqs), c
 
 
+def _signals(reqs, cap, shares=None):
+    """The operator signals (tiers.signals through sglang_ext.tier_signals) as the server feeds them: the
+    served cache's stores, removals and scheduling lookups, each call timed; one snapshot per 100 requests (the
+    server takes one per export, at most once a second). `shares` collects the signals' share of the whole loop
+    (lookup, insert, eviction and signals together)."""
+    import torch
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    from sglang_ext.serving_cache import ServingTieredCache
+    from tiers.clock import ManualClock
+
+    clock = ManualClock()
+    c = ServingTieredCache.create_simulated(policy="lru", capacity_tokens=cap, clock=clock)
+    spent = [0]
+
+    def timed(fn):
+        def call(*args):
+            t0 = time.perf_counter_ns()
+            fn(*args)
+            spent[0] += time.perf_counter_ns() - t0
+        return call
+
+    signals = c._signals
+    signals.stored, signals.removed, signals.matched = map(timed, (signals.stored, signals.removed, signals.matched))
+    snapshot = timed(lambda: signals.signals["device"].snapshot())
+    start = time.perf_counter_ns()
+    for i, toks in enumerate(reqs):
+        clock.advance(0.01)
+        c.match_prefix(MatchPrefixParams(key=RadixKey(toks)))
+        c.insert(InsertParams(key=RadixKey(toks), value=torch.arange(len(toks))))
+        if i % 100 == 0:
+            snapshot()
+    if shares is not None:
+        shares.append(spent[0] / (time.perf_counter_ns() - start))
+    return spent[0] / len(reqs), None
+
+
 def _per_op(cache, n=2000):
     """Bare policy operations on the warmed-up policy: ns per call."""
     from tiers.policy import Candidate
@@ -123,6 +161,8 @@ def main(argv=None):
 
     runs = [("stock RadixCache lru (evict)", lambda: _stock(reqs, cap, "lru"))]
     runs.append(("stock RadixCache lfu (evict)", lambda: _stock(reqs, cap, "lfu")))
+    shares = []
+    runs.append(("operator signals (all signal calls)", lambda: _signals(reqs, cap, shares)))
     for name in policy_names():
         runs.append((f"tiers {name} (all policy calls)", lambda name=name: _tiered(reqs, cap, name)))
     costs = {label: [] for label, _ in runs}
@@ -151,6 +191,8 @@ def main(argv=None):
         extra = "| | |" if op is None else f"| {op[0]:.0f} | {op[1]:.0f} | {op[2] / 1e3:.1f} |"
         ratio = statistics.median(ratios[label])
         print(f"| {label} | {statistics.median(costs[label]) / 1e3:.1f} | {ratio:.2f} {extra}")
+    print(f"\nOperator signals: {statistics.median(shares):.1%} of the served cache's own time per request "
+          "(lookup + insert + eviction + signals, lru, same requests; median of rounds)")
 
 if __name__ == "__main__":
     main()

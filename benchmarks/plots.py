@@ -33,6 +33,26 @@ def plot_hit_rates(results: Sequence[dict], path: str, title: str = "") -> str:
     return path
 
 
+def plot_ttft_cdf(ttfts_ms_by_server: dict, path: str, title: str = "") -> str:
+    """Live mode: the distribution of time to first token per server, as a CDF (one step per request)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for server, values in ttfts_ms_by_server.items():
+        xs = sorted(values)
+        if xs:
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=f"{server} ({len(xs)})")
+    ax.set_xscale("log")
+    ax.set_xlabel("time to first token (ms)")
+    ax.set_ylabel("share of requests")
+    ax.set_ylim(0, 1.01)
+    ax.set_title(f"TTFT CDF {title}".strip())
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_tier_traffic(results: Sequence[dict], path: str, title: str = "") -> str:
     """Bytes moved per tier (load + store) per policy and capacity; without lower tiers, the bytes the device
     evicted (what a host tier would have had to absorb)."""

@@ -29,7 +29,7 @@ class ReplayConfig:
     session_ttl_s: Optional[float] = None  # TTL for rows that have a session but no ttl_s of their own
     profile: Optional[Profile] = None
     policy_config: Optional[dict] = None
-    progress: bool = False
+    progress: Optional[bool] = False  # True: always; None: on a terminal (benchmarks.progress); False: never
 
 
 @dataclass(frozen=True)
@@ -142,8 +142,8 @@ def _with_ttl(req, ttl_s):
 
 
 def _progress(reqs, cfg: ReplayConfig):
-    if not cfg.progress:
+    if cfg.progress is False:
         return reqs
-    from tqdm import tqdm
+    from benchmarks.progress import track
 
-    return tqdm(reqs, desc=f"{cfg.policy}@{cfg.capacity_tokens:g}", unit="req", leave=False)
+    return track(reqs, f"replay {cfg.policy}@{cfg.capacity_tokens:g}", enabled=cfg.progress, unit="requests")

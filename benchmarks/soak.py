@@ -24,6 +24,9 @@ Design
   node locks until the copy is acknowledged); the host pool's used tokens equal the tokens of the tree's
   host-backed nodes; the peer's slots add up (used + writing + free = capacity); RSS of
   the server's process tree after warm-up vs at the end (with faults: the last server started).
+- Memory over time (soak_memory.py): RSS per process (tokenizer, scheduler, detokenizer, peer) sampled every
+  few seconds through the run, and its slope over the last half, per second and per request: warm-up growth
+  flattens out, a per-request leak does not.
 """
 
 from __future__ import annotations
@@ -38,8 +41,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from benchmarks.progress import Progress
 from benchmarks.servers import PeerProcess, Server, peer_stats, start_server, tree_rss
 from benchmarks.soak_faults import FaultInjector, LiveTarget
+from benchmarks.soak_memory import RssSample, RssSampler, last_half_slopes, series_by_process
 
 WORDS = ("cache token prefix session tenant model server request reply host device peer memory block page tree "
          "agent tool plan step answer question context window retry budget").split()
@@ -55,6 +60,7 @@ BAD_INPUTS = (
 LOCKS_DEADLINE_S = 60.0
 REQUEST_TIMEOUT_S = 120.0
 HOST_RATIO = "1.5"  # host tier = 1.5x the device pool: full most of the run
+SERVER_ENV = {"UCX_NET_DEVICES": "lo"}
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,8 @@ class SoakConfig:
     session_ttl_s: float = 120.0
     verify_limit: int = 60  # final turns re-asked on the reference (the first N finished sessions)
     log_dir: Optional[str] = None
+    rss_interval_s: float = 5.0  # RSS sampling period (doubles whenever the bounded series fills)
+    peer_capacity_gb: float = 0.25  # a smaller peer fills (and evicts) within a run
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,9 @@ class SoakResult:
     rss_end_bytes: int
     rss_growth_bytes: int
     rss_growth_ratio: float
+    rss_by_process: Dict[str, List[Tuple[float, int]]]  # soak_memory.series_by_process (and `requests`)
+    rss_slope_bytes_per_s: Dict[str, float]  # by process, over the last half of the run
+    rss_slope_bytes_per_request: Dict[str, float]
     hits_by_tier: Dict[str, int]
     prompt_tokens: int
     verified_sessions: int
@@ -118,9 +129,6 @@ class SoakResult:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "accounting_ok": self.accounting_ok, "ok": self.ok}
-
-
-# --- processes ---------------------------------------------------------------------------------------
 
 
 # --- load --------------------------------------------------------------------------------------------
@@ -305,7 +313,7 @@ def _start_both(args: List[str], ref_args: List[str], log_dir: Path) -> Tuple[Se
 
     def start(name: str, a: List[str]) -> None:
         try:
-            out[name] = start_server(a, log_dir, name, env={"UCX_NET_DEVICES": "lo"})
+            out[name] = start_server(a, log_dir, name, env=SERVER_ENV)
         except Exception as e:  # reported below, after both attempts finished
             out[name] = e
 
@@ -331,114 +339,164 @@ def _host_accounting(stats: dict) -> Tuple[int, int]:
     return int(host.get("used_tokens", 0)), int(tree)
 
 
+class _Fleet:
+    """Every process of a run: the peer, the server under test, the cache-off reference, and the servers that
+    replace them after a fault. `stop_all` stops every one ever started."""
+
+    def __init__(self, cfg: SoakConfig, log_dir: Path):
+        from sglang_ext.embedded_model import ensure_embedded_model
+
+        self.log_dir = log_dir
+        # A private copy of the model: the revision fault rewrites its weights in place.
+        self.model_dir = log_dir / "model"
+        shutil.rmtree(self.model_dir, ignore_errors=True)
+        shutil.copytree(ensure_embedded_model(), self.model_dir)
+        self.servers: List[Server] = []
+        self.peer = PeerProcess(log_dir, capacity_gb=cfg.peer_capacity_gb).start()
+        self.args = ["--model-path", str(self.model_dir), "--tier-peers", self.peer.address,
+                     "--max-total-tokens", str(cfg.max_total_tokens), "--hicache-ratio", HOST_RATIO,
+                     "--hicache-storage-prefetch-policy", "wait_complete",
+                     "--tier-session-ttl", str(cfg.session_ttl_s), "--enable-cache-report", "--tier-stats-tenants"]
+        self.ref_args = ["--model-path", str(self.model_dir), "--disable-radix-cache"]
+        self.reference: Optional[Server] = None
+
+    def start(self) -> Server:
+        """Start the server under test and the reference; returns the server under test."""
+        server, self.reference = _start_both(self.args, self.ref_args, self.log_dir)
+        self.servers += [server, self.reference]
+        return server
+
+    def restart(self) -> Server:
+        new = start_server(self.args, self.log_dir, f"soak-tiered-{len(self.servers)}", env=SERVER_ENV)
+        self.servers.append(new)
+        return new
+
+    def restart_reference(self) -> None:
+        self.reference.stop()
+        self.reference = start_server(self.ref_args, self.log_dir, f"soak-reference-{len(self.servers)}",
+                                      env=SERVER_ENV)
+        self.servers.append(self.reference)
+
+    def stop_all(self) -> None:
+        for s in self.servers:
+            s.stop()
+        self.peer.stop()
+
+
+class _Verifier:
+    """Re-asks the final turns of each weights revision once, on the reference of that revision."""
+
+    def __init__(self, fleet: _Fleet, tally: _Tally, per_revision: int):
+        self.fleet, self.tally, self.per_revision = fleet, tally, per_revision
+        self.done: set = set()
+        self.verified = self.mismatches = 0
+
+    def __call__(self, revision: int) -> None:
+        if revision in self.done:
+            return
+        self.done.add(revision)
+        c, m = _verify(self.fleet.reference, self.tally.finals, revision, self.per_revision, self.tally)
+        self.verified, self.mismatches = self.verified + c, self.mismatches + m
+
+
+def _run_load(cfg: SoakConfig, target: LiveTarget, injector: FaultInjector, system: Dict[int, str],
+              tally: _Tally, stop: threading.Event) -> Tuple[float, Server, int]:
+    """Run the sessions (and the faults) for the run's duration; (seconds, server measured, its warm RSS)."""
+    threads = [threading.Thread(target=_worker, args=(target, cfg, i, system, tally, stop), daemon=True)
+               for i in range(cfg.sessions)]
+    if cfg.faults:
+        threads.append(threading.Thread(target=injector.run, daemon=True))
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    stop.wait(min(cfg.duration_s * 0.15, 20.0))
+    warm_server, warm_rss = target.server, tree_rss(target.server.proc.pid)  # after warm-up
+    # The run gets `duration` of load: time spent swapping servers is added, and it ends after the last fault
+    # (the injector's steps are bounded: gate, start and probe deadlines).
+    faults_running = (lambda: threads[-1].is_alive()) if cfg.faults else (lambda: False)
+    bar = Progress("soak", unit="requests")  # progress: rows and rate on a terminal (benchmarks.progress)
+    while not stop.is_set():
+        bar.update(tally.requests - bar.done)
+        left = t0 + cfg.duration_s + injector.paused_s() - time.monotonic()
+        if left <= 0 and not faults_running():  # the schedule always completes
+            break
+        stop.wait(min(max(left, 0.5), 5.0))
+    bar.close()
+    stop.set()
+    for t in threads:
+        t.join(REQUEST_TIMEOUT_S + 30)
+    server = target.server
+    if warm_server is not server:  # a fault swapped it: measure the last one from its warm state on
+        warm_rss = injector.warm_rss
+    return time.monotonic() - t0, server, warm_rss
+
+
+def _final_state(server: Server, tally: _Tally) -> Tuple[Dict[str, int], dict]:
+    """(locks once idle, /tiers/stats) of the server at the end."""
+    try:
+        return _wait_locks_released(server), server.get("/tiers/stats")
+    except OSError as e:  # e.g. a swap left no server up: reported, not raised
+        tally.error(f"the server did not answer after the run: {e}")
+        return {"unanswered": 1}, {}
+
+
 def run_soak(cfg: SoakConfig) -> SoakResult:
     log_dir = Path(cfg.log_dir or tempfile.mkdtemp(prefix="soak-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    from sglang_ext.embedded_model import ensure_embedded_model
-
-    # A private copy of the model: the revision fault rewrites its weights in place.
-    model_dir = log_dir / "model"
-    shutil.rmtree(model_dir, ignore_errors=True)
-    shutil.copytree(ensure_embedded_model(), model_dir)
-    peer = PeerProcess(log_dir).start()
-    args = ["--model-path", str(model_dir), "--tier-peers", peer.address,
-            "--max-total-tokens", str(cfg.max_total_tokens), "--hicache-ratio", HOST_RATIO,
-            "--hicache-storage-prefetch-policy", "wait_complete",
-            "--tier-session-ttl", str(cfg.session_ttl_s), "--enable-cache-report", "--tier-stats-tenants"]
-    ref_args = ["--model-path", str(model_dir), "--disable-radix-cache"]
-    env = {"UCX_NET_DEVICES": "lo"}
-    servers: List[Server] = []  # every server started, stopped at the end
+    fleet = _Fleet(cfg, log_dir)
     try:
-        server, reference = _start_both(args, ref_args, log_dir)
-        servers += [server, reference]
-        holder = {"reference": reference}
-        rng = random.Random(cfg.seed)
-        system = {t: words(rng, rng.randint(120, 220)) for t in range(cfg.tenants)}
+        target = LiveTarget(fleet.start(), _ask)
+        tally, stop = _Tally(), threading.Event()
+        verifier = _Verifier(fleet, tally, max(1, cfg.verify_limit // 2) if cfg.faults else cfg.verify_limit)
         # Probes have a salt of their own: no session shares their prefix, so a hit is the probe's own pages.
         # Long enough (> SGLang's 256-token storage prefetch threshold) to be fetched from the peer.
+        rng = random.Random(cfg.seed)
+        system = {t: words(rng, rng.randint(120, 220)) for t in range(cfg.tenants)}
         probe_texts = [words(rng, 400) for _ in range(2)]
-        tally, stop = _Tally(), threading.Event()
-        target = LiveTarget(server, _ask)
-        verified = mismatches = 0
-        per_revision = max(1, cfg.verify_limit // 2) if cfg.faults else cfg.verify_limit
-        done_revisions = set()
-
-        def verify(revision: int) -> None:
-            nonlocal verified, mismatches
-            if revision in done_revisions:
-                return
-            done_revisions.add(revision)
-            c, m = _verify(holder["reference"], tally.finals, revision, per_revision, tally)
-            verified, mismatches = verified + c, mismatches + m
-
-        def restart() -> Server:
-            new = start_server(args, log_dir, f"soak-tiered-{len(servers)}", env=env)
-            servers.append(new)
-            return new
-
-        def restart_reference() -> None:
-            holder["reference"].stop()
-            holder["reference"] = start_server(ref_args, log_dir, f"soak-reference-{len(servers)}", env=env)
-            servers.append(holder["reference"])
-
-        injector = FaultInjector(peer=peer, target=target, duration_s=cfg.duration_s, stop=stop,
-                                 model_dir=model_dir, restart=restart, restart_reference=restart_reference,
-                                 verify=verify, seed_probe=lambda srv, i: _seed_probe(srv, peer, probe_texts[i]),
-                                 probe=lambda srv, i: _probe(srv, probe_texts[i]), seed=cfg.seed)
-        threads = [threading.Thread(target=_worker, args=(target, cfg, i, system, tally, stop), daemon=True)
-                   for i in range(cfg.sessions)]
-        fault_thread = threading.Thread(target=injector.run, daemon=True) if cfg.faults else None
-        t0 = time.monotonic()
-        for t in threads + ([fault_thread] if fault_thread else []):
-            t.start()
-        stop.wait(min(cfg.duration_s * 0.15, 20.0))
-        rss = {"server": target.server, "warm": tree_rss(target.server.proc.pid)}  # after warm-up
-        # The run gets `duration` of load: time spent swapping servers is added, and it ends after the last fault
-        # (the injector's steps are bounded: gate, start and probe deadlines).
-        while not stop.is_set():
-            left = t0 + cfg.duration_s + injector.paused_s() - time.monotonic()
-            if left <= 0 and not (fault_thread and fault_thread.is_alive()):  # the schedule always completes
-                break
-            stop.wait(min(max(left, 0.5), 5.0))
-        stop.set()
-        for t in threads + ([fault_thread] if fault_thread else []):
-            t.join(REQUEST_TIMEOUT_S + 30)
-        duration = time.monotonic() - t0
-        server = target.server
-        if rss["server"] is not server:  # a fault swapped it: measure the last one from its warm state on
-            rss = {"server": server, "warm": injector.warm_rss}
+        injector = FaultInjector(
+            peer=fleet.peer, target=target, duration_s=cfg.duration_s, stop=stop, model_dir=fleet.model_dir,
+            restart=fleet.restart, restart_reference=fleet.restart_reference, verify=verifier,
+            seed_probe=lambda srv, i: _seed_probe(srv, fleet.peer, probe_texts[i]),
+            probe=lambda srv, i: _probe(srv, probe_texts[i]), seed=cfg.seed)
+        sampler = RssSampler(lambda: target.server.proc.pid, lambda: fleet.peer.proc.pid,
+                             lambda: tally.requests, interval_s=cfg.rss_interval_s).start()
         try:
-            locks = _wait_locks_released(server)
-            stats = server.get("/tiers/stats")
-        except OSError as e:  # e.g. a swap left no server up: reported, not raised
-            tally.error(f"the server did not answer after the run: {e}")
-            locks, stats = {"unanswered": 1}, {}
-        rss_end = tree_rss(server.proc.pid)
-        verify(target.revision)
-        host_used, host_tree = _host_accounting(stats)
-        slots = _peer_slots(peer)
-        after_rev = injector.probes.get("after_revision_change", {})
-        fault_log = injector.log
-        return SoakResult(
-            sessions=tally.sessions, requests=tally.requests, failures=tally.failures + len(injector.errors),
-            bad_inputs=tally.bad_inputs, bad_input_failures=tally.bad_input_failures,
-            faults_injected=sum(injector.counts.values()), faults_by_kind=dict(injector.counts),
-            fault_log=tuple(fault_log), probes=dict(injector.probes),
-            stale_hits_after_revision=sum(after_rev.values()),  # an unanswered probe counts too
-            leaked_lock_refs=int(locks.get("locked_nodes", 0)),
-            locks={k: int(v) for k, v in locks.items()}, duration_s=round(duration, 2),
-            rss_warm_bytes=rss["warm"], rss_end_bytes=rss_end, rss_growth_bytes=rss_end - rss["warm"],
-            rss_growth_ratio=round(rss_end / rss["warm"] - 1, 4) if rss["warm"] else 0.0,
-            hits_by_tier=dict(sorted(tally.hits.items())), prompt_tokens=tally.prompt_tokens,
-            verified_sessions=verified, output_mismatches=mismatches, peer_used_pages=slots.get("used", -1),
-            host_used_tokens=host_used, host_tree_tokens=host_tree, peer_slots=slots,
-            tier_counters={t: {k: v for k, v in c.items() if isinstance(v, int)}
-                           for t, c in stats.get("tiers", {}).items()},
-            errors=tuple(injector.errors + tally.errors))
+            duration, server, warm_rss = _run_load(cfg, target, injector, system, tally, stop)
+        finally:
+            sampler.stop()
+        locks, stats = _final_state(server, tally)
+        verifier(target.revision)
+        return _result(tally, injector, verifier, locks, stats, _peer_slots(fleet.peer), sampler.samples(),
+                       duration, warm_rss, tree_rss(server.proc.pid))
     finally:
-        for s in servers:
-            s.stop()
-        peer.stop()
+        fleet.stop_all()
+
+
+def _result(tally: _Tally, injector: FaultInjector, verifier: _Verifier, locks: Dict[str, int], stats: dict,
+            slots: Dict[str, int], samples: List[RssSample], duration: float, warm_rss: int,
+            end_rss: int) -> SoakResult:
+    host_used, host_tree = _host_accounting(stats)
+    after_rev = injector.probes.get("after_revision_change", {})
+    per_s, per_request = last_half_slopes(samples)
+    return SoakResult(
+        sessions=tally.sessions, requests=tally.requests, failures=tally.failures + len(injector.errors),
+        bad_inputs=tally.bad_inputs, bad_input_failures=tally.bad_input_failures,
+        faults_injected=sum(injector.counts.values()), faults_by_kind=dict(injector.counts),
+        fault_log=tuple(injector.log), probes=dict(injector.probes),
+        stale_hits_after_revision=sum(after_rev.values()),  # an unanswered probe counts too
+        leaked_lock_refs=int(locks.get("locked_nodes", 0)),
+        locks={k: int(v) for k, v in locks.items()}, duration_s=round(duration, 2),
+        rss_warm_bytes=warm_rss, rss_end_bytes=end_rss, rss_growth_bytes=end_rss - warm_rss,
+        rss_growth_ratio=round(end_rss / warm_rss - 1, 4) if warm_rss else 0.0,
+        rss_by_process=series_by_process(samples), rss_slope_bytes_per_s=per_s,
+        rss_slope_bytes_per_request=per_request,
+        hits_by_tier=dict(sorted(tally.hits.items())), prompt_tokens=tally.prompt_tokens,
+        verified_sessions=verifier.verified, output_mismatches=verifier.mismatches,
+        peer_used_pages=slots.get("used", -1), host_used_tokens=host_used, host_tree_tokens=host_tree,
+        peer_slots=slots,
+        tier_counters={t: {k: v for k, v in c.items() if isinstance(v, int)}
+                       for t, c in stats.get("tiers", {}).items()},
+        errors=tuple(injector.errors + tally.errors))
 
 
 # --- CLI ---------------------------------------------------------------------------------------------
@@ -465,13 +523,27 @@ def add_arguments(p) -> None:
     p.add_argument("--max-total-tokens", type=positive_int, default=1500, help="device pool of the tiered server")
     p.add_argument("--faults", action="store_true",
                    help="peer kill/restart and freeze, server restart, host memory pressure, weights change")
+    def gigabytes(text: str) -> float:
+        import argparse
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not 0 < value <= 64:
+            raise argparse.ArgumentTypeError(f"must be in (0, 64] GB, got {text}")
+        return value
+
+    p.add_argument("--peer-capacity-gb", type=gigabytes, default=0.25,
+                   help="the peer's pool; its RSS grows until the pool is touched once, then stays")
     p.add_argument("--log-dir", default=None, help="server logs (default: a new temp folder)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def main(args) -> int:
     cfg = SoakConfig(duration_s=args.duration, sessions=args.sessions, tenants=args.tenants, seed=args.seed,
-                     faults=args.faults, max_total_tokens=args.max_total_tokens, log_dir=args.log_dir)
+                     faults=args.faults, max_total_tokens=args.max_total_tokens, log_dir=args.log_dir,
+                     peer_capacity_gb=args.peer_capacity_gb)
     result = run_soak(cfg)
     if args.json:
         print(json.dumps(result.to_dict(), sort_keys=True))
@@ -489,6 +561,10 @@ def main(args) -> int:
     print(f"  locks when idle  {result.locks}  (leaked lock refs {result.leaked_lock_refs})")
     print(f"  rss              {result.rss_warm_bytes / 2**20:.0f} MiB after warm-up -> "
           f"{result.rss_end_bytes / 2**20:.0f} MiB at the end ({result.rss_growth_ratio:+.1%})")
+    per_request = result.rss_slope_bytes_per_request
+    print("  rss slope        over the last half: " + "; ".join(
+        f"{name} {per_s / 2**10:+.1f} KiB/s ({per_request.get(name, 0) / 2**10:+.1f} KiB/request)"
+        for name, per_s in sorted(result.rss_slope_bytes_per_s.items())))
     total = result.prompt_tokens or 1
     print("  hits by tier     " + ", ".join(f"{k} {v:,} ({v / total:.1%})" for k, v in result.hits_by_tier.items())
           + f" of {result.prompt_tokens:,} prompt tokens")

@@ -43,13 +43,13 @@ def _run_job(job: Tuple[str, int, dict]) -> dict:
 
 
 def run_sweep(policies: Sequence[str], capacities: Sequence[int], opts: dict, workers: int = 2) -> List[dict]:
-    from tqdm import tqdm
+    from benchmarks.progress import Progress
 
     wanted = list(dict.fromkeys(list(policies) + list(REFERENCE_POLICIES)))
     jobs = [(p, c, opts) for c in capacities for p in wanted]
     workers = max(1, min(workers, MAX_WORKERS, len(jobs)))
     results: List[dict] = []
-    bar = tqdm(total=len(jobs), desc="sweep", unit="run", file=sys.stderr)
+    bar = Progress("sweep", total=len(jobs), unit="runs")
     try:
         if workers == 1:
             for job in jobs:
@@ -106,12 +106,29 @@ def markdown_table(results: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+DEFAULT_CAPACITY_STEPS = 6  # 1/32, 1/16, ..., 1 of the trace's footprint
+
+
+def default_capacities(trace_name: str, block_tokens: int, limit=None) -> List[int]:
+    """Capacities from 1/32 of the trace's footprint (its distinct blocks, in tokens: what an infinite cache
+    holds) up to all of it, doubling; at least one block each."""
+    from benchmarks.trace import load_trace
+
+    trace = load_trace(trace_name, block_tokens, limit=limit)
+    footprint = len({b for r in trace.requests for b in r.blocks}) * block_tokens
+    caps = [max(block_tokens, footprint >> shift) for shift in range(DEFAULT_CAPACITY_STEPS - 1, -1, -1)]
+    return list(dict.fromkeys(caps))
+
+
 def run_sweep_cli(args, parser) -> int:
     from benchmarks.cli_types import capacity as _capacity
     from benchmarks.plots import plot_hit_rates, plot_tier_traffic
 
     try:
-        capacities = [_capacity(c) for c in args.capacities.split(",") if c.strip()]
+        capacities = ([_capacity(c) for c in args.capacities.split(",") if c.strip()] if args.capacities is not None
+                      else default_capacities(args.trace, args.block_tokens, args.limit))
+    except FileNotFoundError as e:
+        parser.error(f"argument --trace: {e}")
     except Exception as e:  # argparse-style error for a bad list
         parser.error(f"argument --capacities: {e}")
     if not capacities:

@@ -4,6 +4,10 @@ Each row: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (one id 
 prefix-chained: two rows share block i only if they share every block before it). Generated rows may add
 `session` (str), `ttl_s` (float, the row's cache_control TTL), `tenant` (str) and `priority` (int).
 
+The chaining is checked: a block id that follows two different parents (or starts one row and follows a block in
+another) is an error naming the row, since a trace that breaks it would make OPT and the infinite-cache bound
+count hits no radix cache could have.
+
 Every (tenant, hash id) pair is interned to one small integer, in first-seen order: that integer is the single
 radix token standing for the block, so the real radix tree sees the real prefix structure (one node edge per
 block), and tenants can never share a block even if a file reuses hash ids across tenants.
@@ -86,6 +90,7 @@ def parse_rows(rows: Sequence[dict], block_tokens: int = 512, source: str = "<ro
     if block_tokens <= 0:
         raise ValueError(f"block_tokens must be positive, got {block_tokens}")
     intern: Dict[Hashable, int] = {}
+    parents: Dict[int, tuple] = {}  # for check_chained
     out: List[Request] = []
     last_t = float("-inf")
     for i, row in enumerate(rows):
@@ -106,6 +111,7 @@ def parse_rows(rows: Sequence[dict], block_tokens: int = 512, source: str = "<ro
         last_t = t
         tenant = row.get("tenant")
         blocks = tuple(intern.setdefault((tenant, h), len(intern)) for h in hash_ids)
+        check_chained(blocks, hash_ids, parents, i, where)
         ttl = row.get("ttl_s")
         out.append(
             Request(
@@ -122,3 +128,19 @@ def parse_rows(rows: Sequence[dict], block_tokens: int = 512, source: str = "<ro
             )
         )
     return Trace(path=source, block_tokens=block_tokens, requests=tuple(out))
+
+
+def check_chained(blocks: Sequence[int], hash_ids: Sequence, parents: Dict[int, tuple], row: int, where: str) -> None:
+    """Every block keeps the parent it was first seen with (prefix chaining); raises ValueError naming the row.
+    `parents`: block -> (block before it or None, that block's hash id, row first seen), filled as rows come."""
+    prev = prev_id = None
+    for b, h in zip(blocks, hash_ids):
+        seen = parents.setdefault(b, (prev, prev_id, row))
+        if seen[0] != prev:
+            raise ValueError(f"{where}: hash id {h!r} follows {_after(prev_id)} here but {_after(seen[1])} in row "
+                             f"{seen[2] + 1}: hash_ids must be prefix-chained")
+        prev, prev_id = b, h
+
+
+def _after(hash_id) -> str:
+    return "the start of a prompt" if hash_id is None else f"hash id {hash_id!r}"

@@ -6,6 +6,7 @@ Accepts every `sglang.launch_server` flag plus the project's `--tier-*` flags (a
 - `--model-path` = the embedded tiny model (built offline on first use);
 - with no CUDA: SGLang's CPU engine and the settings that work there (see CPU_DEFAULTS), announced in one
   log line. A flag that contradicts the CPU path fails with a message naming it.
+An installed SGLang other than the pinned one, or one whose private hooks changed (compat), is refused first.
 
 SGLang spawns its scheduler with the `spawn` start method, which re-imports the main module: nothing may
 run at import time here, only under `if __name__ == "__main__"`.
@@ -21,6 +22,8 @@ import time
 import urllib.request
 from typing import List, Optional, Sequence
 
+from sglang_ext.compat import IncompatibleSGLang
+
 CPU_DEFAULTS = {
     "--device": "cpu",
     "--attention-backend": "torch_native",
@@ -31,6 +34,11 @@ CPU_DEFAULTS = {
     "--dtype": "bfloat16",
 }
 CPU_FLAGS = ["--skip-server-warmup"]
+# oneDNN (torch's bf16 matmuls on an AVX-512/AMX CPU) caches a primitive per input shape, 1024 per cache by
+# default, and every batch's token count is a new shape: about 1 MB per new shape, and about half of the
+# scheduler's RSS growth per request in the soak (benchmarks/RESULTS.md, memory over time). Bounded here unless
+# the user set them; read by the scheduler process (spawned with this environment) at its first matmul.
+CPU_ENV_DEFAULTS = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"}
 # Flags whose other values cannot work without CUDA, and the only value that does.
 CPU_REQUIRED = {
     "--device": "cpu",
@@ -184,6 +192,12 @@ def announce_when_ready(url: str, deadline_s: float = 600.0) -> None:
     threading.Thread(target=poll, daemon=True, name="sglang_ext-ready").start()
 
 
+def bound_cpu_caches(environ) -> None:
+    """CPU_ENV_DEFAULTS into `environ`, each only where the user set nothing."""
+    for name, value in CPU_ENV_DEFAULTS.items():
+        environ.setdefault(name, value)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
@@ -191,7 +205,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     cuda = cuda_available()
     if not cuda:
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"  # read at import time by sglang modules: set it first
+        bound_cpu_caches(os.environ)
     try:
+        from sglang_ext import compat
+
+        compat.check()  # a drifted SGLang is refused here, naming what changed, before anything starts
         from sglang_ext.plugin import register
 
         register()  # `--radix-cache-backend` accepts only registered names
@@ -204,7 +222,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from sglang.srt.server_args import prepare_server_args
 
         server_args = prepare_server_args(argv)
-    except LaunchError as e:
+    except (LaunchError, IncompatibleSGLang) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (ValueError, TypeError, AssertionError) as e:  # SGLang's own argument validation

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-PINNED_SGLANG = "0.5.20"
+from sglang_ext.compat import PINNED_SGLANG
+
 PATCH_DIR = Path(__file__).resolve().parent.parent / "patches"
 _FILE_LINE = re.compile(r"^\s+(\S+)\s+original=([0-9a-f]{64})\s+patched=([0-9a-f]{64})\s*$")
 

@@ -2,7 +2,9 @@
 
 SGLang calls `register()` in the launcher and in every scheduler process; the launcher also calls it before
 parsing arguments, because `--radix-cache-backend` accepts only registered names. It is idempotent, and it
-never raises on the serving path. What it installs:
+never raises on the serving path. It first compares the installed SGLang with the pinned interface (compat):
+on any difference it logs what changed, installs no hook, and the `tiered` backend refuses to build, so a
+server asked for it does not start. What it installs otherwise:
 - every process: the `tiered` backend; on CPU, the HiCache seams (cpu_hicache);
 - scheduler processes: a hook that adds the tree cache's tier counters to `get_internal_state`;
 - the HTTP (main) process: the `cache_control` middleware and `GET /tiers/stats` (request_api).
@@ -17,28 +19,44 @@ logger = logging.getLogger(__name__)
 
 BACKEND_NAME = "tiered"
 _registered = False
+_incompatible = None  # compat's message when the installed SGLang differs from the pinned interface
 
 
 def register() -> None:
-    global _registered
+    global _registered, _incompatible
     if _registered:
         return
     _registered = True
+    from sglang_ext import memory_debug
+
+    memory_debug.install_from_env()  # off unless SGLANG_EXT_MEMORY_DEBUG is set (a debug aid)
+    from sglang_ext import compat
+
+    main_process = multiprocessing.parent_process() is None
+    try:
+        compat.check(compat.CACHE_HOOKS + (compat.HTTP_HOOKS if main_process else ()))
+    except compat.IncompatibleSGLang as e:
+        _incompatible = str(e)
+        logger.error("sglang_ext: %s", e)
     from sglang.srt.mem_cache.registry import register_radix_cache_backend, registered_radix_cache_backends
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     from sglang.srt.utils import is_cpu
 
-    from sglang_ext import request_api
+    from sglang_ext import request_api, tier_signals
 
     if BACKEND_NAME not in registered_radix_cache_backends():
         register_radix_cache_backend(BACKEND_NAME, build_tree_cache)
+    if _incompatible:
+        return
     if is_cpu():
         from sglang_ext import cpu_hicache
 
         cpu_hicache.install()
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.get_internal_state",
                           request_api.attach_stats_to_internal_state, HookType.AFTER)
-    if multiprocessing.parent_process() is None:
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", tier_signals.refresh_on_idle,
+                          HookType.AFTER)
+    if main_process:
         request_api.install_http_routes()
 
 
@@ -46,8 +64,11 @@ def build_tree_cache(ctx):
     """`--radix-cache-backend tiered`: the project's tree cache, or SGLang's own where ours does not apply."""
     from sglang.srt.mem_cache.registry import default_radix_cache_factory
 
+    from sglang_ext.compat import IncompatibleSGLang
     from sglang_ext.tier_config import TierConfig
 
+    if _incompatible:
+        raise IncompatibleSGLang(_incompatible)
     if ctx.disable_radix_cache or ctx.is_hybrid_swa or ctx.is_hybrid_ssm or ctx.is_dsa:
         logger.info("tiered cache: model or flags need SGLang's own cache; using the default chain")
         return default_radix_cache_factory(ctx)

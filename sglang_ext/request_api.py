@@ -2,14 +2,19 @@
 
 SGLang 0.5.20 has no `cache_control` field: unknown top-level keys are dropped silently. This ASGI middleware,
 installed on SGLang's FastAPI app by the plugin in the HTTP (main) process, reads the request body of
-`/generate`, `/v1/chat/completions` and `/v1/completions` before SGLang does and
-- validates `cache_control` (top level, or on any chat message) and `cache_salt`; anything invalid is answered
-  with HTTP 400 and a message, and the request never reaches the scheduler, so no cache state changes;
+`/generate` (POST or PUT), `/v1/chat/completions` and `/v1/completions` before SGLang does and
+- validates `cache_control` (top level, or on any chat message), and the fields request_checks bounds
+  (`cache_salt`, `session_params`, `sampling_params`, `n`); anything invalid is answered with HTTP 400 and a
+  message, and the request never reaches the scheduler, so no cache state changes;
 - turns a valid one into a retention TTL in seconds carried to the tree cache through SGLang's own
   `custom_params` (`sampling_params.custom_params` for /generate, top-level for the OpenAI routes), a flat
   float under TTL_PARAM: msgspec IPC carries one nesting level only;
 - gives requests of an SGLang session (`session_params`) the server's `--tier-session-ttl` when they carry no
   `cache_control` of their own.
+The internal TTL key is ours alone: on every POST, PUT or PATCH route, any copy of it a client put anywhere in its JSON body
+(top level, `sampling_params.custom_params`, an OpenAI `extra_body`, any depth) is removed before the middleware
+sets its own, so a client can reach the scheduler's retention only through a validated `cache_control`. A body
+nested too deeply to parse is a 400. The scheduler checks the value once more (serving_cache.request_ttl_s).
 """
 
 from __future__ import annotations
@@ -17,15 +22,13 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional, Tuple
 
+from sglang_ext.request_checks import BadRequest, ModelLimits, check_request
+
 TTL_PARAM = "sglang_ext_ttl_s"
 CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top"}
-MAX_SALT_LEN = 256
-# SGLang's SessionParams fields and the types it accepts (None is always allowed).
-SESSION_FIELDS = {"id": str, "rid": str, "offset": int, "replace": bool, "drop_previous_output": bool}
-
-
-class BadRequest(ValueError):
-    pass
+BODY_METHODS = {"POST", "PUT", "PATCH"}  # SGLang's /generate also answers PUT
+MISSING = object()
+NOT_JSON = object()
 
 
 def request_ttl(body: dict, session_ttl_s: Optional[float]) -> Optional[float]:
@@ -35,19 +38,13 @@ def request_ttl(body: dict, session_ttl_s: Optional[float]) -> Optional[float]:
     blocks = []
     if "cache_control" in body:
         blocks.append(body["cache_control"])
-    for message in body.get("messages") or []:
+    for message in messages_of(body):
         if isinstance(message, dict) and "cache_control" in message:
             blocks.append(message["cache_control"])
         content = message.get("content") if isinstance(message, dict) else None
         for part in content if isinstance(content, list) else []:
             if isinstance(part, dict) and "cache_control" in part:
                 blocks.append(part["cache_control"])
-    salt = body.get("cache_salt")
-    salts = salt if isinstance(salt, list) else [salt]
-    if salt is not None and not all(isinstance(s, str) and 0 < len(s) <= MAX_SALT_LEN for s in salts):
-        raise BadRequest(f"cache_salt must be a non-empty string (or a list of them, for a batch) of at most "
-                         f"{MAX_SALT_LEN} characters")
-    check_session_params(body.get("session_params"))
     try:
         ttls = [parse_cache_control(block) for block in blocks]
     except ValueError as e:
@@ -59,25 +56,14 @@ def request_ttl(body: dict, session_ttl_s: Optional[float]) -> Optional[float]:
     return None
 
 
-def check_session_params(params) -> None:
-    """Refuse malformed `session_params` here, before SGLang's scheduler sees (and half-applies) them."""
-    if params is None:
-        return
-    if not isinstance(params, dict):
-        raise BadRequest("session_params must be an object")
-    for name, value in params.items():
-        expected = SESSION_FIELDS.get(name)
-        if expected is None:
-            raise BadRequest(f"session_params has an unknown field {name!r}")
-        if value is not None and (type(value) is not expected or (expected is int and value < 0)
-                                  or (expected is str and not value)):
-            raise BadRequest(f"session_params.{name} must be {'a non-negative ' if expected is int else 'a non-empty '}"
-                             f"{expected.__name__} or null, got {value!r}")
+def messages_of(body: dict) -> list:
+    messages = body.get("messages")
+    return messages if isinstance(messages, list) else []  # anything else is SGLang's to refuse
 
 
 def strip_cache_control(body: dict) -> None:
     body.pop("cache_control", None)
-    for message in body.get("messages") or []:
+    for message in messages_of(body):
         if isinstance(message, dict):
             message.pop("cache_control", None)
             if isinstance(message.get("content"), list):
@@ -89,29 +75,71 @@ def strip_cache_control(body: dict) -> None:
 def carry_ttl(body: dict, route: str, ttl_s: float) -> None:
     if CARRIED_ROUTES[route] == "sampling_params":
         sampling = body.get("sampling_params")
-        for params in sampling if isinstance(sampling, list) else [sampling]:
-            if params is None:
-                params = body.setdefault("sampling_params", {})
-            params.setdefault("custom_params", {})[TTL_PARAM] = ttl_s
+        if isinstance(sampling, list):
+            body["sampling_params"] = [{**(p or {}), "custom_params": {**((p or {}).get("custom_params") or {}),
+                                                                       TTL_PARAM: ttl_s}} for p in sampling]
+            return
+        params = sampling if isinstance(sampling, dict) else {}
+        body["sampling_params"] = {**params, "custom_params": {**(params.get("custom_params") or {}), TTL_PARAM: ttl_s}}
     else:
         custom = body.get("custom_params")
         body["custom_params"] = {**(custom if isinstance(custom, dict) else {}), TTL_PARAM: ttl_s}
 
 
-def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float]) -> Tuple[int, bytes]:
-    """(status, body): 200 and the body to forward, or 400 and an error body."""
+def strip_internal_params(body: Any) -> bool:
+    """Remove every TTL_PARAM key a client put anywhere in a parsed JSON body; True if any was there.
+    Iterative: a hostile body's depth cannot exhaust the stack here."""
+    found, stack = False, [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found |= node.pop(TTL_PARAM, MISSING) is not MISSING
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def may_carry_internal_params(raw: bytes) -> bool:
+    """Cheap pre-check for routes we do not rewrite: could this body name TTL_PARAM (also through JSON escapes)?"""
+    return TTL_PARAM.encode() in raw or b"\\u" in raw
+
+
+def parse_body(raw: bytes) -> Any:
+    """The JSON body, or NOT_JSON for anything SGLang should answer itself. Raises BadRequest when the body is
+    JSON nested too deeply to parse (SGLang's own parser would fail on it too, with a 5xx)."""
     try:
-        body = json.loads(raw) if raw else {}
+        return json.loads(raw) if raw else {}
+    except RecursionError:
+        raise BadRequest("the JSON body is nested too deeply") from None
     except ValueError:
-        return 200, raw  # not JSON: SGLang answers it as it always has
-    if not isinstance(body, dict):
+        return NOT_JSON
+
+
+def bad_request(message: str) -> Tuple[int, bytes]:
+    error = {"object": "error", "message": message, "type": "BadRequestError", "code": 400}
+    return 400, json.dumps(error).encode()
+
+
+def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
+            limits: Optional[ModelLimits] = None) -> Tuple[int, bytes]:
+    """(status, body): 200 and the body to forward, or 400 and an error body. `route` outside CARRIED_ROUTES:
+    only client-supplied internal keys are removed."""
+    carried = route in CARRIED_ROUTES
+    if not carried and not may_carry_internal_params(raw):
         return 200, raw
     try:
+        body = parse_body(raw)
+        if body is NOT_JSON:
+            return 200, raw  # SGLang answers it as it always has
+        stripped = strip_internal_params(body)
+        if not (carried and isinstance(body, dict)):
+            return 200, json.dumps(body).encode() if stripped else raw
+        check_request(body, route, limits)
         ttl = request_ttl(body, session_ttl_s)
     except BadRequest as e:
-        error = {"object": "error", "message": str(e), "type": "BadRequestError", "code": 400}
-        return 400, json.dumps(error).encode()
-    if ttl is None and "cache_control" not in raw.decode(errors="ignore"):
+        return bad_request(str(e))
+    if ttl is None and not stripped and "cache_control" not in raw.decode(errors="ignore"):
         return 200, raw
     strip_cache_control(body)
     if ttl is not None:
@@ -125,6 +153,7 @@ class CacheControlMiddleware:
     def __init__(self, app: Callable):
         self.app = app
         self._session_ttl_s = None
+        self._limits: Optional[ModelLimits] = None
 
     @property
     def session_ttl_s(self) -> Optional[float]:
@@ -135,8 +164,19 @@ class CacheControlMiddleware:
             self._session_ttl_s = (TierConfig.from_env().session_ttl_s,)
         return self._session_ttl_s[0]
 
+    @property
+    def limits(self) -> Optional[ModelLimits]:
+        """The served model's vocabulary and width, from SGLang's tokenizer manager once it exists."""
+        if self._limits is None:
+            from sglang.srt.entrypoints import http_server
+
+            config = getattr(getattr(http_server._global_state, "tokenizer_manager", None), "model_config", None)
+            if config is not None:
+                self._limits = ModelLimits(int(config.vocab_size), int(config.hidden_size))
+        return self._limits
+
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in CARRIED_ROUTES:
+        if scope["type"] != "http" or scope.get("method") not in BODY_METHODS:
             return await self.app(scope, receive, send)
         chunks, more = [], True
         while more:
@@ -145,7 +185,7 @@ class CacheControlMiddleware:
                 return
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
-        status, body = rewrite(scope["path"], b"".join(chunks), self.session_ttl_s)
+        status, body = rewrite(scope["path"], b"".join(chunks), self.session_ttl_s, self.limits)
         if status != 200:
             await send({"type": "http.response.start", "status": status,
                         "headers": [(b"content-type", b"application/json"),
@@ -182,9 +222,23 @@ def install_http_routes() -> None:
     @app.get("/tiers/stats")
     @auth_level(AuthLevel.ADMIN_OPTIONAL)  # with --admin-api-key set, only the operator reads it
     async def tiers_stats():
-        states = await http_server._global_state.tokenizer_manager.get_internal_state()
-        ranks = [s.get("tiers") for s in states if isinstance(s, dict)]
-        return ORJSONResponse({"ranks": ranks} if len(ranks) != 1 else ranks[0] or {})
+        status, body = tiers_stats_reply(await http_server._global_state.tokenizer_manager.get_internal_state())
+        return ORJSONResponse(body, status_code=status)
+
+
+def tiers_stats_reply(states: Any) -> Tuple[int, dict]:
+    """(status, body) of `/tiers/stats` from the schedulers' internal states: one rank's tier stats, or all
+    ranks'. Never an empty body: a rank without tier stats is a 503 that says why."""
+    states = states if isinstance(states, list) else []
+    ranks = [s.get("tiers") if isinstance(s, dict) else None for s in states]
+    if not ranks:
+        return 503, {"error": "no scheduler answered get_internal_state"}
+    missing = [i for i, r in enumerate(ranks) if not isinstance(r, dict)]
+    if missing:
+        return 503, {"error": f"scheduler rank(s) {missing} sent no tier stats: the sglang_ext hook on "
+                              "Scheduler.get_internal_state did not run (plugin not loaded there, or refused "
+                              "an SGLang whose interface changed: see the server log)"}
+    return 200, ranks[0] if len(ranks) == 1 else {"ranks": ranks}
 
 
 def attach_stats_to_internal_state(result: Any, scheduler, *args, **kwargs) -> Any:
@@ -193,8 +247,9 @@ def attach_stats_to_internal_state(result: Any, scheduler, *args, **kwargs) -> A
     if isinstance(state, dict):
         cache = scheduler.tree_cache
         stats = getattr(cache, "tier_stats_dict", None)
-        state["tiers"] = {"cache": type(cache).__name__, **(stats() if callable(stats) else {}),
-                          "locks": tree_lock_summary(cache)}
+        own = stats() if callable(stats) else {"error": f"{type(cache).__name__} is not the tiered cache: no tier "
+                                                         "stats (--radix-cache-backend tiered not set?)"}
+        state["tiers"] = {"cache": type(cache).__name__, **own, "locks": tree_lock_summary(cache)}
     return result
 
 

@@ -14,25 +14,37 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Optional
+import logging
+from typing import Optional, Tuple
 
 from sglang_ext.request_api import TTL_PARAM
+from sglang_ext.tier_signals import COUNTS as SIGNAL_COUNTS, PEER_COUNTS, ServingSignals, SignalingRecorder, observe
 from sglang_ext.tiered_cache import TieredRadixCache
+from tiers.retention import validate_ttl_s
+
+logger = logging.getLogger(__name__)
 
 
 HIT_TIERS = ("device", "host", "storage")
 
 
-def request_ttl_s(req) -> Optional[float]:
+def request_ttl_s(req) -> Tuple[Optional[float], bool]:
+    """(ttl, refused): the retention TTL the middleware carried, checked again here because this runs inside the
+    scheduler, where a raise stops the server. A value that is not a valid TTL (the middleware strips clients'
+    copies, so only a route around it could send one) is refused: the request is served without retention."""
     params = getattr(getattr(req, "sampling_params", None), "custom_params", None)
-    value = params.get(TTL_PARAM) if isinstance(params, dict) else None
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+    if not isinstance(params, dict) or TTL_PARAM not in params:
+        return None, False
+    try:
+        return validate_ttl_s(params[TTL_PARAM]), False
+    except (ValueError, TypeError):
+        return None, True
 
 
 def tenant_label(salt: Optional[str]) -> str:
     """Tenants appear in stats as a digest of their salt: an operator who knows a salt can find it, a tenant
     reading the stats cannot learn another tenant's salt."""
-    return "default" if not salt else "t-" + hashlib.sha256(salt.encode()).hexdigest()[:12]
+    return "default" if not salt else "t-" + hashlib.sha256(str(salt).encode()).hexdigest()[:12]
 
 
 class PrometheusCounters:
@@ -41,7 +53,8 @@ class PrometheusCounters:
 
     EVENTS = ("inserts", "admissions_rejected", "rejected_tokens", "evictions", "evicted_tokens",
               "retained_evictions", "hit_requests", "hit_tokens", "retains", "ttl_refreshes", "ttl_expiries",
-              "admitted", "rejected", "demotions", "dropped", "sketch_resets")
+              "admitted", "rejected", "demotions", "dropped", "sketch_resets", "refused_ttl_params"
+              ) + SIGNAL_COUNTS + PEER_COUNTS
 
     def __init__(self):
         from prometheus_client import Counter
@@ -54,7 +67,11 @@ class PrometheusCounters:
         """`per_tier`: {tier: {event: running total}}."""
         for tier, values in per_tier.items():
             for name in self.EVENTS:
-                value = values.get(name, 0)
+                if name not in values:
+                    continue
+                value = values[name]
+                if (tier, name) not in self._last:  # the series exists, at 0, from the first sync on
+                    self._counter.labels(event=name, tier=tier)
                 delta = value - self._last.get((tier, name), 0)
                 if delta > 0:
                     self._counter.labels(event=name, tier=tier).inc(delta)
@@ -66,13 +83,18 @@ class ServedRequests:
     retention TTL while SGLang inserts its prompt, count hits, and mirror counters to Prometheus."""
 
     _request_ttl_s: Optional[float] = None
+    _signals: Optional[ServingSignals] = None
+    _cache_calls = 0  # > 0 inside cache_*_req, whose own lookups are not scheduling hits
 
-    def _init_served(self, enable_metrics: bool, stats_tenants: bool = False) -> None:
+    def _init_served(self, enable_metrics: bool, stats_tenants: bool = False, signal_tiers=("device",)) -> None:
         self._stats_tenants = stats_tenants  # per-tenant occupancy in /tiers/stats (--tier-stats-tenants)
-        self._served = {"hit_requests": 0, "hit_tokens": 0}
+        self._served = {"hit_requests": 0, "hit_tokens": 0, "refused_ttl_params": 0}
         # SGLang splits each request's cached prefix by where it came from (device / host / storage=peer tier)
         self._tier_hits = {tier: {"hit_requests": 0, "hit_tokens": 0} for tier in HIT_TIERS}
         self._metrics = PrometheusCounters() if enable_metrics else None
+        self._signals = ServingSignals(signal_tiers, self.token_to_kv_pool_allocator,
+                                       getattr(self, "_tier_clock", None))
+        self.kv_events = SignalingRecorder(self.kv_events, self._signals)  # every store/removal, every tier
 
     def _count_hits(self, req) -> None:
         cached = getattr(req, "cached_tokens", 0) or 0
@@ -82,23 +104,49 @@ class ServedRequests:
             n = getattr(req, f"cached_tokens_{tier}", 0) or 0
             hits["hit_requests"] += n > 0
             hits["hit_tokens"] += n
+            self._signals.hit(tier, n)
+
+    def _take_request_ttl(self, req) -> Optional[float]:
+        ttl, refused = request_ttl_s(req)
+        if refused:
+            self._served["refused_ttl_params"] += 1
+            if self._served["refused_ttl_params"] % 1000 == 1:  # the first, then one in a thousand
+                logger.warning("request %s carried an invalid internal TTL; served without retention (%d so far)",
+                               getattr(req, "rid", "?"), self._served["refused_ttl_params"])
+        return ttl
+
+    def match_prefix(self, params):
+        result = super().match_prefix(params)
+        if self._signals is not None and not self._cache_calls:
+            observe(self._signals.matched, result, self.root_node)
+        return result
+
+    def refresh_signals(self) -> None:
+        """Export the signal counters and gauges now (the scheduler calls this while idle)."""
+        if self._metrics is not None:
+            storage = getattr(getattr(self, "cache_controller", None), "storage_backend", None)
+            self._metrics.sync(self._signals.counts(self.tier_counters(), storage))
+            self._signals.export_gauges(self.retention.retained_size)
 
     def cache_unfinished_req(self, req, *args, **kwargs):
-        self._request_ttl_s = request_ttl_s(req)
+        self._request_ttl_s = self._take_request_ttl(req)
+        self._cache_calls += 1
         try:
             return super().cache_unfinished_req(req, *args, **kwargs)
         finally:
             self._request_ttl_s = None
+            self._cache_calls -= 1
 
     def cache_finished_req(self, req, *args, **kwargs):
-        self._request_ttl_s = request_ttl_s(req)
+        self._request_ttl_s = self._take_request_ttl(req)
         self._count_hits(req)
+        self._cache_calls += 1
         try:
             return super().cache_finished_req(req, *args, **kwargs)
         finally:
             self._request_ttl_s = None
-            if self._metrics is not None:
-                self._metrics.sync(self.tier_counters())
+            self._cache_calls -= 1
+            observe(self.refresh_signals)
 
 
 class ServingTieredCache(ServedRequests, TieredRadixCache):
@@ -142,4 +190,5 @@ class ServingTieredCache(ServedRequests, TieredRadixCache):
         }
         if self._stats_tenants:
             out["tenants"] = {label: {"device_tokens": n} for label, n in sorted(self.occupancy_by_tenant().items())}
+        self._signals.tier_stats(out["tiers"])
         return out

@@ -12,11 +12,29 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
 # With the host tier on, --tier-policy picks HiRadixCache's eviction order (see tiered_hicache): these names only.
 HOST_TIER_POLICIES = ("tinylfu", "lru", "lfu", "slru")
+
+
+def parse_peers(spec) -> List[Tuple[str, int]]:
+    """'h1:p1,h2:p2' (or a sequence of such strings) -> [(h1, p1), (h2, p2)]: the one parser of peer addresses
+    (`--tier-peers`, the peer storage backend's extra config). ValueError naming the bad address."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec or [])
+    peers = []
+    for item in items:
+        host, sep, port = item.strip().rpartition(":") if isinstance(item, str) else ("", "", "")
+        # isascii: str.isdigit() accepts digits int() rejects ('²') or that no resolver expects ('٣')
+        if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+            raise ValueError(f"bad peer address {item!r} (want HOST:PORT)")
+        peers.append((host, int(port)))
+    if not peers:
+        raise ValueError("no peer address given (want HOST:PORT,HOST:PORT)")
+    if len(set(peers)) != len(peers):
+        raise ValueError(f"a peer is listed twice in {spec if isinstance(spec, str) else ','.join(spec)!r}")
+    return peers
 
 
 class TierConfigError(ValueError):
@@ -43,13 +61,11 @@ class TierConfig:
                 validate_ttl_s(self.session_ttl_s)
             except ValueError as e:
                 raise TierConfigError(f"--tier-session-ttl: {e}") from None
-        for peer in self.peers:
-            host, _, port = peer.rpartition(":")
-            # isascii: str.isdigit() accepts digits int() rejects ('²') or that no resolver expects ('٣')
-            if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-                raise TierConfigError(f"--tier-peers: {peer!r} is not HOST:PORT")
-        if len(set(self.peers)) != len(self.peers):
-            raise TierConfigError(f"--tier-peers: a peer is listed twice in {','.join(self.peers)!r}")
+        if self.peers:
+            try:
+                parse_peers(self.peers)
+            except ValueError as e:
+                raise TierConfigError(f"--tier-peers: {e}") from None
         if not 0 < self.retention_budget <= 1:
             raise TierConfigError(f"--tier-retention-budget: must be a fraction in (0, 1], got {self.retention_budget}")
         return self

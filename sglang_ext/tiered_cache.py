@@ -12,6 +12,9 @@ The subclass keeps RadixCache's tree, matching and lock accounting untouched and
   `evictable_leaves`, and removes them with RadixCache's own `_delete_leaf`, so `evictable_size_`,
   `protected_size_`, `evictable_leaves` and `lock_ref` keep their meaning.
 - `_split_node` reports splits (`on_insert` of the new front node, then `on_resize` of the old one).
+- If the policy's victims fall short while unprotected evictable leaves remain, its view of the tree has
+  drifted (a split it was not told of, say): the rest is evicted least recently used first, as RadixCache
+  would, and logged; strict mode (tests, replays) raises instead, so a drifting policy cannot hide there.
 
 Policy entries are the TreeNode objects themselves (identity-hashed); a node's policy key identifies the
 path up to its first page: `hash((parent_key, first child_key))`, so it is the same after an eviction and
@@ -27,6 +30,7 @@ Threading: like RadixCache, used only from the scheduler thread that owns it.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import time
 from typing import Any, Dict, Optional
@@ -164,77 +168,100 @@ class TieredRadixCache(RadixCache):
 
         path, matched, anchor = self._peek(key)
         remainder = len(key) - matched
-        cand_key = None
-        if remainder:
-            cand_key = self._child_tier_key(anchor, key.child_key_at(matched, self.page_size))
-
-        t0 = time.perf_counter_ns()
-        policy = self.policy
-        calls = 0
+        cand_key = self._child_tier_key(anchor, key.child_key_at(matched, self.page_size)) if remainder else None
         if counted:
-            for node in path:
-                policy.record(node.tier_key)
-            if cand_key is not None:
-                policy.record(cand_key)
-            policy.observe(matched, len(key))
-            calls += len(path) + 2
-        admit_here = self._admit_on_insert or (self._in_finished and counted)
+            self._record_request(path, cand_key, matched, len(key))
         victims = ()
-        if remainder and admit_here:
-            need = self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens
-            if need > 0:
-                candidate = Candidate(cand_key, remainder, self._entry(anchor), retained=ttl_s is not None)
-                ok = policy.may_admit(candidate)  # a verdict that needs no victims spares the victim query
-                calls += 1
-                if ok:
-                    on_path = set(path)
-                    victims = policy.victims(need, lambda n: n.lock_ref > 0 or n in on_path)
-                    freed = sum(len(v.key) for v in victims)
-                    ok = freed >= need and policy.admit(candidate, victims)
-                    calls += 2
-                if not ok:
-                    if counted:
-                        for node in path:
-                            policy.on_access(node)
-                    self._n.policy_ns += time.perf_counter_ns() - t0
-                    self._n.policy_calls += calls + len(path)
-                    self._n.admissions_rejected += 1
-                    self._n.rejected_tokens += remainder
-                    if self._in_finished:
-                        self._declined_in_finished = True
-                    return InsertResult(prefix_len=len(key))
-        self._n.policy_ns += time.perf_counter_ns() - t0
-        self._n.policy_calls += calls
+        if remainder and (self._admit_on_insert or (self._in_finished and counted)):
+            victims = self._admission_victims(path, anchor, cand_key, remainder, counted, ttl_s)
+            if victims is None:
+                return InsertResult(prefix_len=len(key))
         if victims:
             self._evict_nodes(victims)
 
         result = super().insert(params)
-        leaf = result.last_device_node
+        chain = self._note_inserted(result.last_device_node, counted, ttl_s)
+        over = self.evictable_size_ + self.protected_size_ - self.capacity_tokens
+        if over > 0:
+            on_chain = set(chain)
+            self._evict_tokens(over, lambda n: n.lock_ref > 0 or n in on_chain)
+        return result
 
+    def _charge(self, t0: int, calls: int) -> None:
+        """Count `calls` policy calls and the time since `t0` (perf_counter_ns) as policy cost."""
+        self._n.policy_ns += time.perf_counter_ns() - t0
+        self._n.policy_calls += calls
+
+    def _record_request(self, path, cand_key, matched: int, total: int) -> None:
+        """Tell the policy what a request asked for: every key on its path and its new remainder's, and its hit."""
         t0 = time.perf_counter_ns()
+        policy = self.policy
+        for node in path:
+            policy.record(node.tier_key)
+        if cand_key is not None:
+            policy.record(cand_key)
+        policy.observe(matched, total)
+        self._charge(t0, len(path) + (cand_key is not None) + 1)
+
+    def _admission_victims(self, path, anchor, cand_key, remainder: int, counted: bool, ttl_s):
+        """The victims that make room for the remainder (empty if it fits), or None when the policy declines it:
+        then the path still counts as used, the decline is counted, and nothing in the tree changes."""
+        need = self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens
+        if need <= 0:
+            return ()
+        t0 = time.perf_counter_ns()
+        policy = self.policy
+        candidate = Candidate(cand_key, remainder, self._entry(anchor), retained=ttl_s is not None)
+        ok = policy.may_admit(candidate)  # a verdict that needs no victims spares the victim query
+        calls = 1
+        victims = ()
+        if ok:
+            on_path = set(path)
+            victims = policy.victims(need, lambda n: n.lock_ref > 0 or n in on_path)
+            calls += 1
+            ok = sum(len(v.key) for v in victims) >= need
+            if ok:
+                ok = policy.admit(candidate, victims)
+                calls += 1
+        if ok:
+            self._charge(t0, calls)
+            return victims
+        if counted:
+            for node in path:
+                policy.on_access(node)
+            calls += len(path)
+        self._charge(t0, calls)
+        self._n.admissions_rejected += 1
+        self._n.rejected_tokens += remainder
+        if self._in_finished:
+            self._declined_in_finished = True
+        return None
+
+    def _note_inserted(self, leaf, counted: bool, ttl_s) -> list:
+        """After SGLang's insert: report the new nodes to the policy, the old ones as used, retain the path for
+        a TTL. Returns the path from the root's child down to `leaf`."""
+        t0 = time.perf_counter_ns()
+        policy = self.policy
         chain = []
         node = leaf
         while node is not self.root_node and node is not None:
             chain.append(node)
             node = node.parent
         chain.reverse()
+        calls = 0
         for node in chain:
             if getattr(node, "tier_key", None) is None:  # the new remainder
                 node.tier_key = self._child_tier_key(node.parent, node.key.child_key(self.page_size))
                 policy.on_insert(node, node.tier_key, len(node.key), self._entry(node.parent))
+                calls += 1
             elif counted:
                 policy.on_access(node)
+                calls += 1
         if ttl_s is not None:
             for node in chain:
                 self.retention.retain(node, len(node.key), ttl_s)
-        self._n.policy_ns += time.perf_counter_ns() - t0
-        self._n.policy_calls += len(chain)
-
-        over = self.evictable_size_ + self.protected_size_ - self.capacity_tokens
-        if over > 0:
-            on_chain = set(chain)
-            self._evict_tokens(over, lambda n: n.lock_ref > 0 or n in on_chain)
-        return result
+        self._charge(t0, calls)
+        return chain
 
     def cache_finished_req(self, req, is_insert: bool = True, **kwargs):
         self._in_finished = True
@@ -277,34 +304,71 @@ class TieredRadixCache(RadixCache):
             return 0
         t0 = time.perf_counter_ns()
         victims = self.policy.victims(num_tokens, protected)
-        self._n.policy_ns += time.perf_counter_ns() - t0
-        self._n.policy_calls += 1
-        return self._evict_nodes(victims)
+        self._charge(t0, 1)
+        evicted = self._evict_nodes(victims)
+        if evicted < num_tokens:
+            evicted += self._evict_in_tree_order(num_tokens - evicted, protected)
+        return evicted
 
     def _evict_nodes(self, victims) -> int:
+        """Evict the policy's victims in order; stops at the first that is not an evictable leaf (the policy's
+        view of the tree is then wrong: `_evict_in_tree_order` frees the rest). Counts what it evicted."""
         evicted = 0
-        policy = self.policy
-        alloc = self.token_to_kv_pool_allocator
         for x in victims:
             if x not in self.evictable_leaves:
                 msg = f"policy {self._policy_name!r} returned a victim that is not an evictable leaf (node {x.id})"
                 if self._strict:
                     raise RuntimeError(msg)
-                logger.warning("%s; stopping this eviction round", msg)
+                logger.warning("%s; the rest of this round goes in the tree's own order", msg)
                 break
-            if self.retention.is_retained(x):
-                self._n.retained_evictions += 1
-            if alloc is not None:
-                alloc.free_segment(x.value, start_pos=0)
-            evicted += len(x.value)
-            self._delete_leaf(x)
-            t0 = time.perf_counter_ns()
-            policy.on_remove(x)
-            self._n.policy_ns += time.perf_counter_ns() - t0
-            self.kv_events.record_remove(x)
-        self._n.evictions += len(victims)
-        self._n.evicted_tokens += evicted
+            evicted += self._remove_leaf(x)
         return evicted
+
+    def _evict_in_tree_order(self, num_tokens: int, protected) -> int:
+        """The fallback when the policy returned too little while the tree still has unprotected evictable
+        leaves (its view drifted, e.g. a split it was not told of): least recently used leaf first, as
+        RadixCache.evict. With the policy in step with the tree this finds nothing (every leaf it skipped is
+        protected), so decisions are unchanged."""
+        heap = [(n.last_access_time, n.id, n) for n in self.evictable_leaves if not protected(n)]
+        if not heap:
+            return 0
+        if self._strict:
+            raise RuntimeError(f"policy {self._policy_name!r} left {num_tokens} tokens unfreed while "
+                               f"{len(heap)} unprotected leaves were evictable")
+        logger.warning("policy %r left %d tokens unfreed with evictable leaves left; evicting least recently "
+                       "used leaves", self._policy_name, num_tokens)
+        heapq.heapify(heap)
+        evicted = 0
+        while evicted < num_tokens and heap:
+            x = heapq.heappop(heap)[2]
+            if x not in self.evictable_leaves:
+                continue
+            parent = x.parent
+            evicted += self._remove_leaf(x)
+            if parent in self.evictable_leaves and not protected(parent):
+                heapq.heappush(heap, (parent.last_access_time, parent.id, parent))
+        return evicted
+
+    def _remove_leaf(self, x: TreeNode) -> int:
+        """Free one evictable leaf, drop it from the tree and tell the policy; returns its tokens."""
+        if self.retention.is_retained(x):
+            self._n.retained_evictions += 1
+        alloc = self.token_to_kv_pool_allocator
+        if alloc is not None:
+            alloc.free_segment(x.value, start_pos=0)
+        self._delete_leaf(x)
+        t0 = time.perf_counter_ns()
+        try:
+            self.policy.on_remove(x)
+        except (KeyError, ValueError) as e:  # a node the policy never heard of (its view drifted): the tree rules
+            if self._strict:
+                raise
+            logger.warning("policy %r could not remove node %s: %s", self._policy_name, x.id, e)
+        self._charge(t0, 1)
+        self.kv_events.record_remove(x)
+        self._n.evictions += 1
+        self._n.evicted_tokens += len(x.value)
+        return len(x.value)
 
     def _split_node(self, key, child: TreeNode, split_len: int):
         new_node = super()._split_node(key, child, split_len)
@@ -314,6 +378,5 @@ class TieredRadixCache(RadixCache):
         t0 = time.perf_counter_ns()
         self.policy.on_insert(new_node, old_key, len(new_node.key), self._entry(new_node.parent))
         self.policy.on_resize(child, len(child.key), new_node, child.tier_key)
-        self._n.policy_ns += time.perf_counter_ns() - t0
-        self._n.policy_calls += 2
+        self._charge(t0, 2)
         return new_node

@@ -10,7 +10,8 @@ device<->host copies; this subclass changes only the decisions, at SGLang's own 
   carries a TTL (so that a device eviction can demote it instead of dropping it), or if the host pool has room,
   or, when the pool is full, if its TinyLFU frequency (tiers.sketch, counted on every insert walk) beats that
   of the coldest of a small sample of evictable host leaves (Caffeine's admission, with its anti-flooding
-  jitter). Rejections are counted.
+  jitter; the sketch is seeded at random). Rejections are counted. A node's sketch key hashes its path; after
+  a split the front part keeps it and the back part gets its own.
 - Eviction order (device and host): `--tier-policy` picks it. `tinylfu` evicts the leaf with the lowest
   frequency in the same aged sketch first (TinyLFU's eviction side), the least recently used among equals;
   `lru` / `lfu` / `slru` are SGLang's own orders of those names. HiRadixCache still walks the tree (leaves
@@ -18,8 +19,8 @@ device<->host copies; this subclass changes only the decisions, at SGLang's own 
   tree policies of `tiers/policies` need insert/remove notifications that HiRadixCache's many device<->host
   paths do not give in one place, so they drive the device-only cache (tiered_cache), not this one.
 - Retention (tiers.retention): a request's TTL (from `cache_control` or the session default, carried as in
-  serving_cache) retains the nodes of its prompt; a hit refreshes them. Every order is wrapped so that
-  retained nodes go last, and a retained node leaving the device is always demoted (it was backed up at
+  serving_cache) retains the nodes of its prompt, each once per insert; a hit refreshes them. Every order is
+  wrapped so that retained nodes go last, and a retained node leaving the device is always demoted (it was backed up at
   admission), never dropped while it is retained.
 - Counters per tier for `/tiers/stats` and Prometheus: hits (device / host / storage, from SGLang's own split
   of each request's cached prefix), host admissions and rejections, device evictions (demoted or dropped),
@@ -31,8 +32,8 @@ Threading: the scheduler thread only, like HiRadixCache's tree (the copies run o
 from __future__ import annotations
 
 import itertools
+from typing import Optional
 
-from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
 from sglang.srt.mem_cache.utils import get_eviction_strategy
 
@@ -67,18 +68,20 @@ class RetainedLast:
 
 class TieredHiRadixCache(ServedRequests, HiRadixCache):
     def __init__(self, params, server_args, *, policy: str = "tinylfu", retention_budget: float = 0.5,
-                 enable_metrics: bool = False, stats_tenants: bool = False, clock=None):
+                 enable_metrics: bool = False, stats_tenants: bool = False, clock=None,
+                 sketch_seed: Optional[int] = None):
         TierConfig(policy=policy).check_host_tier()
         self._policy_name = policy
         self._n = dict(host_admitted=0, host_rejected=0, demotions=0, dropped=0, device_evicted_tokens=0,
                        host_evicted_tokens=0)
         super().__init__(params, server_args)
-        self._init_served(enable_metrics, stats_tenants)
+        self._init_served(enable_metrics, stats_tenants, signal_tiers=("device", "host"))
         device_tokens = max(1, int(self.token_to_kv_pool_allocator.size))
         host_tokens = max(1, int(self.cache_controller.mem_pool_host.size))
         # Retained prefixes end up in host memory (demoted, not dropped): the budget is a fraction of the host tier.
         self.retention = Retention(max(device_tokens, host_tokens), clock or MonotonicClock(), retention_budget)
-        self.sketch = FrequencySketch(max(64, host_tokens // 16), seed=0)
+        # A random seed (tests inject one): a client that cannot know it cannot pick keys whose counters collide.
+        self.sketch = FrequencySketch(max(64, host_tokens // 16), seed=sketch_seed)
         order = (TinyLFUOrder(self.sketch, self._sketch_key) if policy == "tinylfu"
                  else get_eviction_strategy(policy))
         self.eviction_strategy = RetainedLast(order, self.retention)
@@ -91,6 +94,17 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             parent_key = 0 if parent is None or parent is self.root_node else self._sketch_key(parent)
             key = node.sketch_key = hash((parent_key, node.key.child_key(self.page_size)))
         return key
+
+    def _split_node(self, key, child, split_len):
+        front_key = getattr(child, "sketch_key", None)
+        new_node = super()._split_node(key, child, split_len)
+        # The front keeps the path's identity and counts; the back is keyed afresh under its new parent (it
+        # would otherwise share the front's counters).
+        if front_key is not None:
+            new_node.sketch_key = front_key
+            child.sketch_key = None
+        self.retention.resize(child, len(child.key))
+        return new_node
 
     def _inc_hit_count(self, node, chunked=False):
         if self.cache_controller.write_policy == "write_back" or chunked:
@@ -125,14 +139,24 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
     def insert(self, params):
         result = super().insert(params)
         if self._request_ttl_s is not None:
-            self._retain_path(params.key, self._request_ttl_s)
+            self._retain_path(params.key, self._request_ttl_s, skip_retained=params.chunked)
         return result
 
-    def _retain_path(self, key, ttl_s: float) -> None:
-        node = self.match_prefix(MatchPrefixParams(key=key)).last_device_node
-        while node is not None and node is not self.root_node:
-            self.retention.retain(node, len(node.key), ttl_s)
-            node = node.parent
+    def _retain_path(self, key, ttl_s: float, skip_retained: bool = False) -> None:
+        """Retain, once each, the device nodes `key` passes through: a walk that changes nothing else (no hit
+        refresh, no split, no access time). `skip_retained`: a topology-only or chunk re-insert, whose earlier
+        nodes this request retained moments ago; only nodes new since then are retained."""
+        key, _ = key.maybe_to_bigram_view(self.is_eagle)
+        key = key.page_aligned(self.page_size)
+        node, matched, page = self.root_node, 0, self.page_size
+        while matched < len(key):
+            child = node.children.get(key.child_key_at(matched, page))
+            if child is None or child.evicted or child.key.match_at(key, matched, page_size=page) < len(child.key):
+                break
+            if not (skip_retained and self.retention.is_retained(child)):
+                self.retention.retain(child, len(child.key), ttl_s)
+            matched += len(child.key)
+            node = child
 
     def match_prefix(self, params):
         result = super().match_prefix(params)
@@ -209,4 +233,5 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         }
         if self._stats_tenants:
             out["tenants"] = self.occupancy_by_tenant()
+        self._signals.tier_stats(out["tiers"])
         return out

@@ -17,6 +17,22 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("UCX_NET_DEVICES", "lo")  # NIXL/UCX on loopback only, before any agent exists
 
 
+@pytest.fixture(scope="session")
+def server_logs(tmp_path_factory):
+    return tmp_path_factory.mktemp("server-logs")
+
+
+@pytest.fixture(scope="session")
+def tiered_server(server_logs):
+    """The default: `python -m sglang_ext.launch_server` with nothing but cache reporting on (device tier only).
+    Shared by tests/server and tests/reliability; started at its first use."""
+    from tests.support import start_server
+
+    server = start_server(["--enable-cache-report"], server_logs, "tiered")
+    yield server
+    server.stop()
+
+
 def _cuda() -> bool:
     try:
         import torch

@@ -13,7 +13,7 @@ A flat tier passes `parent=None` for every entry.
 Contracts
 - `victims()` is a query: it forgets nothing and frees nothing ("all or nothing": the tier either evicts
   exactly the returned entries, in order, calling `on_remove` for each, or evicts nothing). A policy may
-  rebalance its own internal regions during the query (W-TinyLFU moves window overflow into probation);
+  rebalance its own internal regions during the query;
   that keeps it consistent whichever way the tier goes.
 - The order returned is always removable one by one: every entry is a leaf once the ones before it are gone.
 - `protected(entry)` is true for entries that must stay (locked by a running request); they and their
@@ -38,7 +38,7 @@ from tiers.clock import Clock, MonotonicClock
 class Candidate:
     """A block that wants to enter the tier."""
 
-    key: Hashable  # scoped block key (see tiers.keys); what the frequency sketch counts
+    key: Hashable  # the tier's key for the block (a tree tier: a hash of its path); what frequency counts
     size: int
     parent: Optional[Hashable] = None  # entry it would hang under in a tree tier (None: root level / flat)
     retained: bool = False  # the request asked to keep it (a session TTL): learned bars do not apply

@@ -9,8 +9,11 @@ victim only when unretained victims do not free enough. Retention
 - has a budget: retained size never exceeds `budget_fraction * capacity`; going over releases the oldest
   retentions (least recently retained or refreshed) first.
 Expiry uses a heap with lazy deletion (a refresh pushes a new deadline; stale heap items are skipped), so
-nothing scans all entries. The tier asks `is_retained(entry)` when it evicts: a retained victim should be
-DEMOTED to the host tier rather than dropped.
+nothing scans all entries. Refreshes would grow that heap with the traffic for a whole TTL (up to a day), so
+it is rebuilt from the live deadlines whenever it holds more than twice as many items as there are
+retentions (plus a small slack): amortized O(1) per refresh, memory in proportion to what is retained.
+The tier asks `is_retained(entry)` when it evicts: a retained victim should be DEMOTED to the host tier rather
+than dropped.
 
 Not thread-safe: called under the tier's lock, like the policy.
 """
@@ -28,6 +31,7 @@ from tiers.clock import Clock, MonotonicClock
 from tiers.policy import Policy
 
 MAX_TTL_S = 24 * 3600.0  # longer than a day is a configuration mistake, not a session
+HEAP_SLACK = 64  # stale expiry items allowed beyond 2x the retentions before the heap is rebuilt
 _TTL_RE = re.compile(r"^([0-9]+)([smh])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600}
 
@@ -139,6 +143,11 @@ class Retention:
     def expires_at(self, entry: Hashable) -> Optional[float]:
         return self._expiry.get(entry) if self.is_retained(entry) else None
 
+    @property
+    def pending_deadlines(self) -> int:
+        """Items in the expiry heap, stale ones included (bounded by 2x the retentions plus a slack)."""
+        return len(self._heap)
+
     def expire(self) -> int:
         """Release every retention whose deadline has passed; returns how many."""
         now = self.clock.now()
@@ -161,6 +170,9 @@ class Retention:
         self._age[entry] = None
         self._age.move_to_end(entry)
         heapq.heappush(self._heap, (deadline, next(self._seq), entry))
+        if len(self._heap) > 2 * len(self._expiry) + HEAP_SLACK:
+            self._heap = [(d, next(self._seq), e) for e, d in self._expiry.items()]
+            heapq.heapify(self._heap)
 
 
 class RetainingPolicy(Policy):

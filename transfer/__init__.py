@@ -4,6 +4,6 @@
 implementation; `transfer.control` the framing the peer tier's control plane uses.
 """
 
-from transfer.base import Range, Region, Transport, TransferError, TransferTimeout, deadline_in
+from transfer.base import Range, Region, Transport, TransferError, TransferTimeout, Unsettled, deadline_in
 
-__all__ = ["Range", "Region", "Transport", "TransferError", "TransferTimeout", "deadline_in"]
+__all__ = ["Range", "Region", "Transport", "TransferError", "TransferTimeout", "Unsettled", "deadline_in"]

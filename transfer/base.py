@@ -24,6 +24,13 @@ Failure model
     implementations wrap their library's exceptions: callers catch exactly these two types.
   - After a failure the data in the destination ranges is undefined. The peer stays connected; callers
     that suspect a restart call `disconnect` and `connect` with fresh metadata.
+  - Late reads: a READ that misses its deadline is NOT cancelled, because NIXL over UCX cannot fence it:
+    after `release_xfer_handle` and even `remove_remote_agent` return, the bytes of a READ from a frozen
+    peer still land in the destination once the peer resumes (observed over tcp). So `read` raises
+    `TransferTimeout` with `unsettled` set: the destination ranges stay off limits to the caller until
+    `unsettled.settled()` is True (the transfer finished or failed; each call polls, never blocks). The
+    transport keeps such a peer loaded (a `disconnect` is deferred) so the transfer can still be polled.
+    A WRITE that misses its deadline is cancelled as before: a late WRITE only reads its source.
 
 Threading
   - A Transport is thread-safe: any method may be called from any thread. Implementations serialize
@@ -39,7 +46,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 Range = Tuple[int, int]  # (address, length in bytes)
 
@@ -48,8 +55,25 @@ class TransferError(Exception):
     """A transfer or connection failed; the destination ranges are undefined."""
 
 
+class Unsettled(ABC):
+    """A READ that missed its deadline and may still land in its `local` ranges (see "Late reads")."""
+
+    local: Tuple[Range, ...]
+
+    @abstractmethod
+    def settled(self) -> bool:
+        """True once nothing more can land in `local` (the READ finished or failed). Polls; never blocks."""
+
+
 class TransferTimeout(TransferError):
-    """The deadline passed before the operation finished; the operation was cancelled."""
+    """The deadline passed before the operation finished.
+
+    `unsettled` is None when the operation was cancelled and touches no memory any more; for a READ that
+    may still land, it is the `Unsettled` transfer whose destination must stay unused until it settles."""
+
+    def __init__(self, message: str, unsettled: Optional[Unsettled] = None):
+        super().__init__(message)
+        self.unsettled = unsettled
 
 
 @dataclass(frozen=True)
@@ -111,7 +135,10 @@ class Transport(ABC):
 
     @abstractmethod
     def read(self, peer: str, local: Sequence[Range], remote: Sequence[Range], deadline: float) -> None:
-        """Copy each remote range of `peer` into the paired local range, as one transfer."""
+        """Copy each remote range of `peer` into the paired local range, as one transfer.
+
+        On a missed deadline raises `TransferTimeout`; its `unsettled` says whether `local` may still be
+        written later (see "Late reads")."""
 
     @abstractmethod
     def write(

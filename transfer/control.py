@@ -20,6 +20,10 @@ MAX_JSON = 16 << 20
 MAX_BLOB = 64 << 20
 
 
+class FrameError(TransferError):
+    """Bytes arrived but are not a frame this receiver takes (too large, not a JSON object)."""
+
+
 def _settimeout(sock: socket.socket, deadline: float) -> None:
     left = remaining(deadline)
     if left <= 0:
@@ -59,16 +63,20 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
     return bytes(buf)
 
 
-def recv_message(sock: socket.socket, deadline: float) -> Tuple[Dict[str, Any], bytes]:
+def recv_message(
+    sock: socket.socket, deadline: float, max_json: int = MAX_JSON, max_blob: int = MAX_BLOB
+) -> Tuple[Dict[str, Any], bytes]:
+    """One frame; `FrameError` if it exceeds `max_json` + `max_blob` bytes or its JSON is not an object."""
     jlen, blen = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
-    if jlen > MAX_JSON or blen > MAX_BLOB:
-        raise TransferError(f"frame too large ({jlen} + {blen} bytes): not a peer-protocol stream?")
+    if jlen > max_json or blen > max_blob:
+        raise FrameError(f"frame too large ({jlen} + {blen} bytes; this end takes at most {max_json} + "
+                         f"{max_blob}): not a peer-protocol stream?")
     try:
         body = json.loads(_recv_exact(sock, jlen, deadline))
-    except ValueError as e:
-        raise TransferError(f"bad message: {e}") from e
+    except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep
+        raise FrameError(f"bad message: {e}") from e
     if not isinstance(body, dict):
-        raise TransferError("message is not a JSON object")
+        raise FrameError("message is not a JSON object")
     blob = _recv_exact(sock, blen, deadline) if blen else b""
     return body, blob
 

@@ -2,7 +2,9 @@
 
 Endpoints meet through an explicit `LocalFabric` (no hidden global registry). The fabric can make an
 endpoint die (`kill`: later transfers fail at once) or freeze (`freeze`: transfers stall until their
-deadline, like a SIGSTOPped peer over UCX), so failure handling can be tested without processes.
+deadline, like a SIGSTOPped peer over UCX), so failure handling can be tested without processes. As over
+UCX, a READ from a frozen endpoint that missed its deadline still lands when the endpoint is thawed (its
+`TransferTimeout.unsettled` settles then), and never if the endpoint is killed first.
 Ranges are checked against what each side registered, as NIXL does: a bad range is a `TransferError`,
 never a stray write into the process.
 """
@@ -13,9 +15,9 @@ import ctypes
 import json
 import threading
 import uuid
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
-from transfer.base import Range, Region, Transport, TransferError, TransferTimeout, check_ranges, remaining
+from transfer.base import Range, Region, Transport, TransferError, TransferTimeout, Unsettled, check_ranges, remaining
 
 
 class LocalFabric:
@@ -26,6 +28,7 @@ class LocalFabric:
         self._lock = threading.Lock()
         self._endpoints: Dict[str, "LocalTransport"] = {}
         self._frozen: Dict[str, threading.Event] = {}  # name -> event set when thawed
+        self._late: Dict[str, List["_LateRead"]] = {}  # name -> reads from it past their deadline
 
     def _add(self, ep: "LocalTransport") -> None:
         with self._lock:
@@ -47,16 +50,42 @@ class LocalFabric:
 
     def kill(self, name: str) -> None:
         self._remove(name)
+        with self._lock:
+            late = self._late.pop(name, [])
+        for read in late:
+            read.done = True  # the source is gone: nothing will land
+
+    def _keep_late(self, name: str, local: Sequence[Range], land: Callable[[], None]) -> "_LateRead":
+        read = _LateRead(tuple(local), land)
+        with self._lock:
+            self._late.setdefault(name, []).append(read)
+        return read
 
     def freeze(self, name: str) -> None:
         with self._lock:
             self._frozen[name] = threading.Event()
 
     def thaw(self, name: str) -> None:
+        """Resume `name`: reads from it that missed their deadline land now, in this thread."""
         with self._lock:
             ev = self._frozen.pop(name, None)
+            late = self._late.pop(name, [])
+        for read in late:
+            try:
+                read.land()
+            except TransferError:
+                pass  # a side went away meanwhile: nothing lands
+            read.done = True
         if ev is not None:
             ev.set()
+
+
+class _LateRead(Unsettled):
+    def __init__(self, local, land: Callable[[], None]):
+        self.local, self.land, self.done = local, land, False
+
+    def settled(self) -> bool:
+        return self.done
 
 
 class _Frozen:
@@ -145,8 +174,13 @@ class LocalTransport(Transport):
 
     def read(self, peer: str, local: Sequence[Range], remote: Sequence[Range], deadline: float) -> None:
         check_ranges(local, remote)
-        ep = self._peer(peer, deadline)
-        self._copy(self, ep, list(zip(local, remote)))
+        pairs = list(zip(local, remote))
+        try:
+            ep = self._peer(peer, deadline)
+        except TransferTimeout as e:
+            land = lambda: self._copy(self, self._fabric.lookup(peer), pairs)  # noqa: E731
+            raise TransferTimeout(str(e), unsettled=self._fabric._keep_late(peer, local, land)) from None
+        self._copy(self, ep, pairs)
 
     def write(
         self, peer: str, local: Sequence[Range], remote: Sequence[Range], deadline: float, notify: bytes = b""

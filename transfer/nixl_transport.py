@@ -1,6 +1,6 @@
 """A `Transport` over NIXL with the UCX backend (DRAM to DRAM). The only module that imports nixl.
 
-Design notes (observed on these machines, see docs/nixl-on-cpu.md):
+Design notes (observed on these machines: nixl 1.5.1, UCX over loopback, no GPU):
 - No progress thread (`enable_prog_thread=False`): NIXL's spins a whole core per agent even when idle.
   The initiator drives its own transfers by polling `check_xfer_state`; a passive side calls
   `progress()` from its own loop, or the first transfer to it stalls until it does.
@@ -8,8 +8,13 @@ Design notes (observed on these machines, see docs/nixl-on-cpu.md):
   `connect()`), so no NIXL port is ever bound. Loading metadata is retried until
   `check_remote_metadata` confirms it, because a first load after a peer restart can be lost silently.
 - A frozen peer keeps a transfer in "PROC" with no timeout of its own: every wait polls against the
-  caller's deadline, then `release_xfer_handle` cancels. A handle that refuses to be released is kept
-  and retried at `close()` rather than leaked silently.
+  caller's deadline. A WRITE is then cancelled by `release_xfer_handle`. A READ is not: over tcp its bytes
+  still land once the peer resumes, even after the handle was released and the remote agent removed
+  (tests/transfer/test_transport.py::test_nixl_read_from_a_frozen_peer_lands_late_and_is_reported). So a
+  timed-out READ keeps its handle in a `_LateRead`, handed to the caller inside `TransferTimeout`; polling
+  it (`settled()`) releases the handle once the state leaves PROC. While a peer has late reads, a
+  `disconnect` only hides it from new transfers; the agent is removed when its last late read settles.
+  A handle that refuses to be released is kept and retried at `close()` rather than leaked silently.
 - The bindings raise exceptions with no common base (nixlRemoteDisconnectError, nixlNotFoundError, ...),
   and some helpers return None after only logging: both become `TransferError`.
 """
@@ -22,11 +27,11 @@ import os
 import threading
 import time
 import uuid
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Set
 
 import numpy as np
 
-from transfer.base import Range, Region, Transport, TransferError, TransferTimeout, check_ranges
+from transfer.base import Range, Region, Transport, TransferError, TransferTimeout, Unsettled, check_ranges
 
 try:  # the `nixl` meta package re-exports the build-specific one; nixl-cu12 alone installs `nixl_cu12`
     from nixl._api import nixl_agent, nixl_agent_config
@@ -65,6 +70,20 @@ def _backoff(start: float) -> None:
         time.sleep(min(0.001, waited / 10))
 
 
+class _LateRead(Unsettled):
+    """A READ past its deadline, still in flight: its handle is kept until the state leaves PROC."""
+
+    def __init__(self, transport: "NixlTransport", handle, peer: str, local: Sequence[Range]):
+        self._transport, self._handle, self.peer = transport, handle, peer
+        self.local = tuple(local)
+        self._done = False
+
+    def settled(self) -> bool:
+        if not self._done:
+            self._done = self._transport._poll_late(self)
+        return self._done
+
+
 class NixlTransport(Transport):
     def __init__(self, name_prefix: str = "kvpeer", backends: Sequence[str] = ("UCX",)):
         self._name = unique_agent_name(name_prefix)
@@ -73,6 +92,8 @@ class NixlTransport(Transport):
         self._peers: set = set()
         self._notifs: Dict[str, List[bytes]] = {}
         self._stuck_handles: list = []
+        self._late: Dict[str, Set[_LateRead]] = {}  # peer -> its reads past their deadline, not settled
+        self._forget_later: Set[str] = set()  # peers disconnected while they had late reads
         self._closed = False
         config = nixl_agent_config(
             enable_prog_thread=False, enable_listen_thread=False, listen_port=0, backends=list(backends)
@@ -132,6 +153,7 @@ class NixlTransport(Transport):
                     name = loaded.decode() if isinstance(loaded, bytes) else loaded
                 if self._call("check_remote_metadata", self._agent.check_remote_metadata, name):
                     self._peers.add(name)
+                    self._forget_later.discard(name)  # the same agent again (a thawed peer): keep it
                     return name
                 last = TransferError(f"metadata of {name} not visible yet")
             except TransferError as e:
@@ -143,6 +165,14 @@ class NixlTransport(Transport):
     def disconnect(self, peer: str) -> None:
         if peer in self._peers and not self._closed:
             self._peers.discard(peer)
+            with self._lock:
+                if self._late.get(peer):
+                    self._forget_later.add(peer)  # removing the agent would not stop its late reads landing
+                    return
+            self._remove_agent(peer)
+
+    def _remove_agent(self, peer: str) -> None:
+        if not self._closed:
             try:
                 self._call("remove_remote_agent", self._agent.remove_remote_agent, peer)
             except TransferError as e:
@@ -169,18 +199,56 @@ class NixlTransport(Transport):
         if local_dl is None or remote_dl is None:
             raise TransferError("could not build descriptor lists")
         handle = self._call(f"{op} initialize_xfer", agent.initialize_xfer, op, local_dl, remote_dl, peer, notify)
+        late = None
         try:
             state = self._call(f"{op} transfer", agent.transfer, handle)
             start = time.monotonic()
             while state == "PROC":
                 if time.monotonic() >= deadline:
-                    raise TransferTimeout(f"{op} of {len(local)} ranges from {peer} still in progress at the deadline")
+                    if op == "READ":
+                        late = self._keep_late(handle, peer, local)
+                    raise TransferTimeout(f"{op} of {len(local)} ranges from {peer} still in progress at the deadline",
+                                          unsettled=late)
                 _backoff(start)
                 state = self._call(f"{op} check_xfer_state", agent.check_xfer_state, handle)
             if state != "DONE":
                 raise TransferError(f"{op} with {peer} ended in state {state}")
         finally:
-            self._release(handle)
+            if late is None:
+                self._release(handle)
+
+    # --- late reads (see the module notes) ---
+    def _keep_late(self, handle, peer: str, local: Sequence[Range]) -> _LateRead:
+        late = _LateRead(self, handle, peer, local)
+        with self._lock:
+            self._late.setdefault(peer, set()).add(late)
+        logger.warning("READ from %s past its deadline: its %d destination range(s) stay reserved until it ends",
+                       peer, len(local))
+        return late
+
+    def _poll_late(self, late: _LateRead) -> bool:
+        """Whether `late` has left PROC; if so, release its handle and forget it (and maybe its peer)."""
+        if self._closed:
+            return False  # close() could not settle it: its memory stays reserved for good
+        try:
+            state = self._call("check_xfer_state", self._agent.check_xfer_state, late._handle)
+        except TransferError as e:  # the peer died: nothing more can arrive from it
+            logger.debug("late READ from %s ended: %s", late.peer, e)
+            state = "ERR"
+        if state == "PROC":
+            return False
+        self._release(late._handle)
+        with self._lock:
+            pending = self._late.get(late.peer, set())
+            pending.discard(late)
+            forget = not pending and late.peer in self._forget_later
+            if not pending:
+                self._late.pop(late.peer, None)
+            if forget:
+                self._forget_later.discard(late.peer)
+        if forget:
+            self._remove_agent(late.peer)
+        return True
 
     def _release(self, handle) -> None:
         try:
@@ -208,6 +276,11 @@ class NixlTransport(Transport):
     def close(self) -> None:
         if self._closed:
             return
+        for late in [x for reads in list(self._late.values()) for x in list(reads)]:
+            if not late.settled():
+                logger.warning("closing with a READ from %s still in flight: its destination may still change",
+                               late.peer)
+                self._stuck_handles.append(late._handle)
         for handle in self._stuck_handles:
             try:
                 with self._lock:
@@ -215,8 +288,10 @@ class NixlTransport(Transport):
             except Exception as e:
                 logger.warning("transfer handle still stuck at close: %s", e)
         self._stuck_handles.clear()
-        for peer in list(self._peers):
-            self.disconnect(peer)
+        self._late.clear()
+        for peer in list(self._peers | self._forget_later):
+            self._remove_agent(peer)
+        self._peers.clear()
         for region in list(self._regions):
             try:
                 self.deregister(region)

@@ -15,6 +15,9 @@ def test_every_policy_gets_a_row_with_its_ratio_to_stock_lru(capsys):
     assert rows["stock RadixCache lru (evict)"] == "1.00"  # the baseline, paired with itself in every round
     for name in policy_names():
         assert float(rows[f"tiers {name} (all policy calls)"]) > 0
+    signals = [line for line in out.splitlines() if line.startswith("| operator signals")]
+    assert len(signals) == 1 and float(signals[0].split("|")[3]) > 0
+    assert "Operator signals: " in out and "% of the served cache's own time" in out
 
 
 def test_rounds_must_be_positive(capsys):

@@ -23,3 +23,19 @@ def test_sweep_writes_table_results_and_plots(tmp_path, capsys):
     for png in ("hit_rate_vs_capacity.png", "tier_traffic.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| policy |" in capsys.readouterr().out
+
+
+def test_sweep_without_capacities_doubles_up_to_the_trace_footprint(tmp_path):
+    from benchmarks.sweep import default_capacities
+    from benchmarks.trace import load_trace
+
+    trace = load_trace("conversation", 512, limit=100)
+    footprint = len({b for r in trace.requests for b in r.blocks}) * 512
+    caps = default_capacities("conversation", 512, limit=100)
+    assert caps[-1] == footprint and len(caps) == 6
+    assert all(b == 2 * a or a == 512 for a, b in zip(caps, caps[1:]))
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--trace", "conversation", "--limit", "100", "--policies", "lru", "--workers", "1",
+                 "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert sorted({r["capacity_tokens"] for r in results}) == caps

@@ -117,12 +117,14 @@ def test_full_pool_evicts_least_recent_by_policy(peer_factory, transport):
     src = Pages(transport, 13, seed=5)
     ks = keys(13)
     assert all(c.put("ns", ks[:9], src.pages(range(9))))
-    assert all(c.exists("ns", ks[:3]))  # 0..2 become the most recent
+    dst = Pages(transport, 13)
+    assert all(c.get("ns", ks[:3], dst.pages(range(3))))  # a read: 0..2 become the most recent
+    assert all(c.exists("ns", ks[3:7]))  # a probe counts nothing: 3..6 stay the least recent
     assert c.put("ns", ks[9:], src.pages(range(9, 13))) == [True] * 4  # no error: evicts 3..6
     assert c.exists("ns", ks) == [True] * 3 + [False] * 4 + [True] * 6
     stats = c.stats()
     assert (stats.evictions, stats.used_pages, stats.free_pages) == (4, 9, 0)
-    dst = Pages(transport, 13)
+    assert (stats.hits, stats.misses) == (3, 4)  # each asked key counted once: 3 reads, 4 probes that missed
     got = c.get("ns", ks, dst.pages())
     assert all(dst.bytes_of(i) == src.bytes_of(i) for i in range(13) if got[i])
 
@@ -165,6 +167,10 @@ def test_killed_frozen_and_restarted_peer(peer_factory, transport):
         (["--port", "0"], "--capacity-gb"),
         (["--port", "0", "--capacity-gb", "lots"], "--capacity-gb"),
         (["--port", "0", "--capacity-gb", "0.01", "--host", "256.0.0.1"], "--host"),
+        (["--port", "0", "--capacity-gb", "0.01", "--page-bytes", "1"], "--page-bytes"),
+        (["--port", "0", "--capacity-gb", "0.5", "--page-bytes", "64"], "--page-bytes"),  # 8M slots
+        (["--port", "0", "--capacity-gb", "0.01", "--max-connections", "0"], "--max-connections"),
+        (["--port", "0", "--capacity-gb", "0.01", "--idle-timeout-s", "0"], "--idle-timeout-s"),
     ],
 )
 def test_bad_flags_exit_with_a_message_naming_the_flag(flags, named):
@@ -183,8 +189,9 @@ def test_full_pool_under_tinylfu_admits_or_refuses_without_error(peer_factory, t
     src = Pages(transport, 30, seed=7)
     ks = keys(30)
     assert all(c.put("ns", ks[:9], src.pages(range(9))))
+    hot = Pages(transport, 9)
     for _ in range(3):
-        assert all(c.exists("ns", ks[:9]))  # make the residents hot
+        assert all(c.get("ns", ks[:9], hot.pages()))  # make the residents hot
     stored = c.put("ns", ks[9:], src.pages(range(9, 30)))
     stats = c.stats()
     assert stats.used_pages == 9 and stats.free_pages == 0

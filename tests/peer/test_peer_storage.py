@@ -4,7 +4,9 @@ MHATokenToKVPoolHost built on CPU, and no SGLang server.
 Guards: the dynamic-backend config path constructs it; v1 (zero-copy) and generic calls round-trip
 pages bit-exact across two peers placed by rendezvous hashing; hot pages get a replica that survives
 losing their peer; dead, frozen (even mid-transfer) and corrupt peers yield misses, never exceptions or
-hangs, and hits come back after a restart; tenants never see each other's pages; four threads at once.
+hangs, and hits come back after a restart; tenants never see each other's pages; four threads at once;
+each call has one deadline for all its peer calls; pages (or a staging buffer) a late READ may still write
+are kept from reuse until it settles.
 """
 
 from __future__ import annotations
@@ -282,3 +284,97 @@ def test_a_new_model_revision_never_reads_old_pages(two_peers):
     assert old.batch_exists(ks) == n
     old.close()
     new.close()
+
+
+def test_a_read_frozen_mid_transfer_keeps_its_pages_from_reuse(peer_factory, monkeypatch):
+    """Issue 12 item 3. The peer is SIGSTOPped after answering the lookup, before the READ. Over tcp the READ
+    then stalls past the deadline and cannot be cancelled: once the peer resumes, its bytes land anyway. The
+    get must be a bounded miss, and the destination pages must not go back to HiCache's allocator when the
+    cache controller frees them, until that READ has settled."""
+    from transfer.nixl_transport import NixlTransport
+
+    monkeypatch.setenv("UCX_TLS", "tcp")  # over cma a READ copies even from a stopped process
+    peer = peer_factory("--capacity-gb", "0.01")
+    pool, clock = host_pool(), ManualClock()
+    transport = KillBeforeRead(NixlTransport("hicache-test"), None)
+    s = storage([peer], pool, clock=clock, transport=transport, peer_timeout_s=TIMEOUT_S, peer_backoff_s=1.0)
+    ks, n = hexkeys(8), 8
+    dest = pool.alloc(n * PAGE_TOKENS)  # what the cache controller does before a prefetch
+    want = [pool.get_data_page(int(i)).clone().view(torch.int16) for i in dest[::PAGE_TOKENS]]
+    assert all(s.batch_set_v1(ks, dest))
+    for i in dest[::PAGE_TOKENS]:
+        pool.set_from_flat_data_page(int(i), torch.zeros_like(pool.get_data_page(int(i))))
+    transport.action = lambda: peer.signal(signal.SIGSTOP)
+    assert _bounded(lambda: s.batch_get_v1(ks, dest)) == [False] * n
+    assert s.stats().reserved_pages == n
+    available = pool.available_size()
+    pool.free(dest)  # the failed prefetch hands its pages back
+    assert pool.available_size() == available and bool(pool.slot_used[dest].all())  # held back, not reusable
+    peer.signal(signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while s.stats().reserved_pages:  # each storage call polls the late READ
+        assert time.monotonic() < deadline, "the late READ never settled after the peer resumed"
+        s.batch_exists(ks)
+    landed = [pool.get_data_page(int(i)).clone().view(torch.int16) for i in dest[::PAGE_TOKENS]]
+    assert all(torch.equal(a, b) for a, b in zip(landed, want))  # it did land, after the deadline
+    assert pool.available_size() == available + n * PAGE_TOKENS and not bool(pool.slot_used[dest].any())
+    clock.advance(1.0)
+    dest = pool.alloc(n * PAGE_TOKENS)
+    assert s.batch_get_v1(ks, dest) == [True] * n  # the peer serves again
+    s.close()
+
+
+def test_each_call_has_one_deadline_for_all_its_peer_calls(two_peers, monkeypatch):
+    """One HiCache call may ask both candidates of a page and then write a replica: all of it shares one
+    deadline (peer_timeout_s from the call's start), instead of a fresh timeout per peer call."""
+    pool, clock = host_pool(), ManualClock()
+    s = storage(two_peers, pool, clock=clock, replicate_after_hits=1, peer_backoff_s=1.0)
+    ks, n = hexkeys(16), 16
+    two_peers[0].kill()
+    s.batch_set_v1(ks, indices(0, n))  # peer 0 fails and is skipped: every page goes to peer 1 ...
+    assert all(s.batch_set_v1(ks, indices(0, n)))
+    two_peers[0].start()  # ... and peer 0 comes back empty: its pages are found at their second candidate
+    clock.advance(1.0)
+    seen = []
+
+    def recording(method):
+        def call(self, *args, deadline=None, **kw):
+            seen.append((method.__name__, deadline))
+            return method(self, *args, deadline=deadline, **kw)
+        return call
+
+    for name in ("get_verified", "put", "exists"):
+        monkeypatch.setattr(PeerClient, name, recording(getattr(PeerClient, name)))
+    assert s.batch_get_v1(ks, indices(0, n)) == [True] * n
+    names = [name for name, _ in seen]
+    assert names.count("get_verified") == 3 and names.count("put") == 1  # peer 0, peer 1, peer 1; replicas
+    assert len({d for _, d in seen}) == 1 and seen[0][1] is not None
+    s.close()
+
+
+def test_a_late_read_into_the_staging_buffer_retires_it(peer_factory, monkeypatch):
+    """The generic (tensor) calls read through a staging buffer; a READ that may still land there leaves the
+    buffer to that READ: the next call gets a fresh one, and the old one goes once the READ settles."""
+    from transfer.nixl_transport import NixlTransport
+
+    monkeypatch.setenv("UCX_TLS", "tcp")
+    peer = peer_factory("--capacity-gb", "0.01")
+    pool = host_pool("page_first")
+    transport = KillBeforeRead(NixlTransport("hicache-test"), None)
+    s = storage([peer], pool, clock=ManualClock(), transport=transport, peer_timeout_s=TIMEOUT_S)
+    ks = hexkeys(4)
+    values = [pool.get_data_page(int(i)).clone() for i in indices(0, 4)[::PAGE_TOKENS]]
+    assert s.batch_set(ks, values)
+    retired = s._staging
+    transport.action = lambda: peer.signal(signal.SIGSTOP)
+    assert _bounded(lambda: s.batch_get(ks, [pool.get_dummy_flat_data_page() for _ in ks])) == [None] * 4
+    assert s.stats().reserved_pages == 4 and s._staging is None
+    s.batch_exists(ks)  # a call while the READ is pending: the retired buffer stays with it
+    assert s.stats().reserved_pages == 4
+    peer.signal(signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while s.stats().reserved_pages:
+        assert time.monotonic() < deadline, "the late READ never settled after the peer resumed"
+        s.batch_exists(ks)
+    assert retired[: s.page_bytes].view(torch.int16).equal(values[0].reshape(-1).view(torch.int16))  # landed late
+    s.close()

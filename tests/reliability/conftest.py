@@ -1,6 +1,6 @@
 """Servers shared by the reliability tests: one peer block server and server A (HiCache + peer tier, a 600-token
-device pool so the host and peer tiers see traffic). Server B (a copy of the model under another path, same
-peer) is started only by the test that needs it."""
+device pool so the host and peer tiers see traffic). The model-revision test starts its own servers, on a copy
+of the model whose weights it rewrites, against the same peer."""
 
 import pytest
 

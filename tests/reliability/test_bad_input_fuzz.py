@@ -1,25 +1,38 @@
-"""Bad-input fuzz against a live server: `cache_control` of random JSON shapes, salts of random types and
-`session_params` junk on all three routes. Every answer is a 200 or a 4xx with a message, within the request
-deadline (never a 5xx, never a hang); after a 4xx, `/tiers/stats` is exactly what it was before."""
+"""Bad-input fuzz against live servers, device-only (`tiered_server`) and with the host tier and a peer
+(`server_a`): `cache_control` of random JSON shapes, salts of random types and `session_params` junk on all three
+routes; then the internal TTL key planted anywhere, `sampling_params` and OpenAI field junk, token ids outside the
+vocabulary, and huge or deeply nested JSON. Every answer is a 200 or a 4xx with a message, within the request
+deadline (never a 5xx, never a hang); after a 4xx, `/tiers/stats` is exactly what it was before; the server still
+answers afterwards, and no request without `cache_control` ever retains anything."""
 
+import json
 import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import stats_now
+
 pytestmark = pytest.mark.server
+TTL_PARAM = "sglang_ext_ttl_s"  # request_api's internal key, spelled out: a client could type it
+
+
+@pytest.fixture(params=["device", "host+peer"])
+def fuzzed(request):
+    """Each fuzz runs against the device-only server and the one with the host tier and a peer."""
+    return request.getfixturevalue("tiered_server" if request.param == "device" else "server_a")
 ANSWER_DEADLINE_S = 60.0  # a hang shows as a timeout, which post_status raises
 SETTLE_DEADLINE_S = 30.0
 
 
 def settled_stats(server) -> dict:
-    """/tiers/stats once two reads in a row agree: the tail of an earlier 200 (its last insert into the tree)
-    may land after its HTTP answer, and must not be blamed on the next request."""
+    """/tiers/stats (counts) once two reads in a row agree: the tail of an earlier 200 (its last insert into the
+    tree) may land after its HTTP answer, and must not be blamed on the next request."""
     deadline = time.monotonic() + SETTLE_DEADLINE_S
-    last = server.get("/tiers/stats")
+    last = stats_now(server)
     while True:
-        now = server.get("/tiers/stats")
+        now = stats_now(server)
         if now == last or time.monotonic() > deadline:
             return now
         last = now
@@ -61,14 +74,14 @@ def message_of(answer) -> str:
     return answer if isinstance(answer, str) else ""
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(route=st.sampled_from(["/generate", "/v1/chat/completions", "/v1/completions"]),
        cache_control=st.one_of(st.just(MISSING), cache_controls),
        salt=st.one_of(st.just(MISSING), salts),
        session=st.one_of(st.just(MISSING), session_params),
        where=st.sampled_from(["top", "message"]))
-def test_bad_inputs_are_a_200_or_a_clear_4xx_and_a_4xx_changes_nothing(server_a, route, cache_control, salt,
+def test_bad_inputs_are_a_200_or_a_clear_4xx_and_a_4xx_changes_nothing(fuzzed, route, cache_control, salt,
                                                                         session, where):
     fields = {"cache_salt": salt, "session_params": session}
     body = body_for(route, "fuzz the request api", fields)
@@ -77,9 +90,90 @@ def test_bad_inputs_are_a_200_or_a_clear_4xx_and_a_4xx_changes_nothing(server_a,
             body["messages"][0]["cache_control"] = cache_control
         else:
             body["cache_control"] = cache_control
-    before = settled_stats(server_a)
-    status, answer = server_a.post_status(route, body, timeout=ANSWER_DEADLINE_S)
+    before = settled_stats(fuzzed)
+    status, answer = fuzzed.post_status(route, body, timeout=ANSWER_DEADLINE_S)
     assert status == 200 or 400 <= status < 500, f"{status} for {body}: {answer}"
     if status != 200:
         assert message_of(answer), f"{status} without a message for {body}: {answer}"
-        assert server_a.get("/tiers/stats") == before, f"a {status} changed /tiers/stats: {body}"
+        assert stats_now(fuzzed) == before, f"a {status} changed /tiers/stats: {body}"
+
+
+def retains(stats) -> int:
+    """Every `retains` counter in /tiers/stats, summed over tiers."""
+    if isinstance(stats, dict):
+        return sum(v if k == "retains" and isinstance(v, int) else retains(v) for k, v in stats.items())
+    if isinstance(stats, list):
+        return sum(retains(v) for v in stats)
+    return 0
+
+
+hostile_ttls = st.one_of(json_scalars, st.sampled_from([1e9, -1, 0, 1e308, 300]), json_values)
+SAMPLING_NAMES = ["temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "n", "regex", "json_schema",
+                  "frequency_penalty", "ignore_eos", "logit_bias", "custom_params", "sampling_seed", "beam_width",
+                  "is_normalized", "stop_strs", "bogus"]
+OPENAI_NAMES = ["temperature", "top_p", "n", "stop", "logit_bias", "logprobs", "top_logprobs", "seed", "user",
+                "stream_options", "response_format", "tools", "custom_params", "extra_body"]
+# Huge or deep values are built as text: hypothesis would take too long to draw them.
+HUGE = {"deep": b"[" * 50_000 + b"]" * 50_000, "long": b'"' + b"x" * 3_000_000 + b'"',
+        "wide": b"[" + b",".join([b"1"] * 300_000) + b"]"}
+
+
+def plant(body: dict, route: str, where: str, value) -> None:
+    """Put the internal TTL key where a client might try it."""
+    if where == "top":
+        body["custom_params"] = {TTL_PARAM: value}
+    elif where == "extra_body":
+        body["extra_body"] = {"custom_params": {TTL_PARAM: value}}
+    elif route == "/generate":
+        body["sampling_params"]["custom_params"] = {TTL_PARAM: value}
+    else:
+        body["metadata"] = {"deep": [{TTL_PARAM: value}]}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(["/generate", "PUT /generate", "/v1/chat/completions", "/v1/completions"]),
+       ttl=st.one_of(st.just(MISSING), hostile_ttls),
+       where=st.sampled_from(["top", "extra_body", "sampling"]),
+       junk=st.dictionaries(st.sampled_from(SAMPLING_NAMES + OPENAI_NAMES), json_values, max_size=3),
+       ids=st.one_of(st.just(MISSING), st.lists(st.integers(-10, 10**7), min_size=1, max_size=6)),
+       huge=st.one_of(st.just(MISSING), st.sampled_from(sorted(HUGE))))
+def test_internal_keys_junk_and_huge_bodies_never_reach_the_scheduler(fuzzed, route, ttl, where, junk, ids, huge):
+    method, _, route = route.rpartition(" ")
+    body = body_for(route, "fuzz the scheduler", {})
+    if route == "/generate":
+        body["sampling_params"].update({k: v for k, v in junk.items() if k in SAMPLING_NAMES})
+        if ids is not MISSING:
+            body.pop("text")
+            body["input_ids"] = ids
+    else:
+        body.update({k: v for k, v in junk.items() if k in OPENAI_NAMES})
+        if ids is not MISSING and route == "/v1/completions":
+            body["prompt"] = ids
+    if ttl is not MISSING:
+        plant(body, route, where, ttl)
+    raw = json.dumps(body).encode()
+    if huge is not MISSING:
+        raw = raw[:-1] + b', "fuzz_' + huge.encode() + b'": ' + HUGE[huge] + b"}"
+    before = settled_stats(fuzzed)
+    status, answer = fuzzed.post_status(route, raw, timeout=ANSWER_DEADLINE_S, method=method or "POST")
+    assert status == 200 or 400 <= status < 500, f"{status} for {raw[:300]!r}: {answer}"
+    alive, _ = fuzzed.post_status("/generate", {"text": "still there", "sampling_params": {"max_new_tokens": 1}},
+                                  timeout=ANSWER_DEADLINE_S)
+    assert alive == 200, f"the server stopped answering after {raw[:300]!r}"
+    after = settled_stats(fuzzed)
+    assert retains(after) == retains(before), f"a request without cache_control retained: {raw[:300]!r}"
+    if status != 200:
+        assert message_of(answer), f"{status} without a message for {raw[:300]!r}: {answer}"
+
+
+def test_the_reported_crash_request_is_served_and_sets_no_ttl(fuzzed):
+    """Issue 12's reproduction: before the fix the scheduler raised on this request and the server exited."""
+    before = settled_stats(fuzzed)
+    status, _ = fuzzed.post_status("/generate", {"input_ids": [11, 12, 13, 14, 15, 16, 17, 18], "sampling_params": {
+        "max_new_tokens": 2, "custom_params": {TTL_PARAM: 1e9}}}, timeout=ANSWER_DEADLINE_S)
+    assert status == 200
+    status, _ = fuzzed.post_status("/generate", {"input_ids": [11, 12, 13, 14], "sampling_params": {
+        "max_new_tokens": 1}}, timeout=ANSWER_DEADLINE_S)
+    assert status == 200
+    assert retains(settled_stats(fuzzed)) == retains(before)

@@ -6,8 +6,8 @@
   namespace, and the checksum binds key and bytes, so a checksum made for one key does not store under another.
 - `/tiers/stats` shows tenants only as digests of their salt, only with `--tier-stats-tenants`, and with an admin
   key set only to the operator; metrics carry no tenant.
-- A server on another model path (a "new revision" of the model) sharing the peer gets no storage hits for
-  the first server's prompts.
+- A server restarted on weights rewritten in place (same path, same served name, same peer) gets no storage
+  hits for the old weights' prompts, where a restart on unchanged weights does.
 """
 
 import json
@@ -138,22 +138,36 @@ def test_stats_need_the_operator_key_and_metrics_name_no_tenant(server_a):
     assert "iso-metrics-salt" not in metrics and tenant_label("iso-metrics-salt") not in metrics
 
 
-def test_another_model_revision_gets_no_storage_hits(server_a, shared_peer, reliability_logs, tmp_path):
+def test_another_model_revision_gets_no_storage_hits(shared_peer, reliability_logs, tmp_path):
+    """The revision alone: same model path, same served name, same peer; only the weights change, in place
+    (`rewrite_weights`: new bytes, new mtime). A restart on unchanged weights finds the prompt in storage (the
+    positive control); a restart on the rewritten weights finds nothing and writes its own pages."""
+    from benchmarks.soak_faults import rewrite_weights
     from sglang_ext.embedded_model import ensure_embedded_model
+    from tiers.keys import weights_revision
 
-    copy = tmp_path / "embedded-model-r2"
-    shutil.copytree(ensure_embedded_model(), copy)
+    model = tmp_path / "embedded-model"
+    shutil.copytree(ensure_embedded_model(), model)
+    args = server_args(shared_peer.address) + ["--model-path", str(model), "--served-model-name", "iso-rev-model"]
     prompt = words(400, 350)
-    first = ask(server_a, prompt, "iso-rev")
-    wait_for_peer_pages(shared_peer.port, first["prompt"] - 1)
-    used_before = peer_stats(shared_peer.port)["used_pages"]
-    server_b = start_server(server_args(shared_peer.address) + ["--model-path", str(copy)], reliability_logs,
-                            "server-b", env={"UCX_NET_DEVICES": "lo"})
-    try:
-        b = ask(server_b, prompt, "iso-rev")
-        # B writes its own pages under its own namespace: the peer's count grows instead of B reusing A's.
-        wait_for_peer_pages(shared_peer.port, used_before + b["prompt"] - 1)
-    finally:
-        server_b.stop()
-    assert b["details"].get("storage", 0) == 0 and b["cached"] == 0, b
-    assert b["prompt"] == first["prompt"] and b["output_ids"] == first["output_ids"]  # same weights, same answer
+
+    def serve(name: str, wait_for_new_pages: bool) -> dict:
+        used_before = peer_stats(shared_peer.port)["used_pages"]
+        server = start_server(args, reliability_logs, name, env={"UCX_NET_DEVICES": "lo"})
+        try:
+            answer = ask(server, prompt, "iso-rev")
+            if wait_for_new_pages:  # write-back is asynchronous: the pages are on the peer before it stops
+                wait_for_peer_pages(shared_peer.port, used_before + answer["prompt"] - 1)
+        finally:
+            server.stop()
+        return answer
+
+    first = serve("rev-1", wait_for_new_pages=True)
+    same = serve("rev-1-restart", wait_for_new_pages=False)
+    assert same["details"].get("storage", 0) > 0, same  # positive control: the peer serves this revision
+    revision = weights_revision(str(model))
+    rewrite_weights(model, seed=12)
+    assert weights_revision(str(model)) != revision
+    new = serve("rev-2", wait_for_new_pages=False)
+    assert new["details"].get("storage", 0) == 0 and new["cached"] == 0, new
+    assert new["prompt"] == first["prompt"]

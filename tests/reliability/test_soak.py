@@ -32,3 +32,11 @@ def test_short_soak_with_every_fault(tmp_path):
     assert result.host_used_tokens == result.host_tree_tokens
     assert result.accounting_ok, result.peer_slots
     assert result.peer_used_pages > 0  # the peer tier took pages after its restart
+    # memory is reported per process over time, with its slope over the last half (no threshold asserted:
+    # RSS depends on the machine); the series follows the swapped servers to the last one
+    series = result.rss_by_process
+    assert {"tokenizer", "scheduler", "detokenizer", "peer", "server", "requests"} <= set(series), set(series)
+    assert len(series["scheduler"]) >= 3 and all(rss > 0 for _, rss in series["scheduler"])
+    assert series["requests"][-1][1] == result.requests
+    assert {"scheduler", "server", "peer"} <= set(result.rss_slope_bytes_per_s) <= set(series)
+    assert set(result.rss_slope_bytes_per_request) == set(result.rss_slope_bytes_per_s)

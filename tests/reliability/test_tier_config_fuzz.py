@@ -45,11 +45,13 @@ def good_budget(text: str) -> bool:
 
 def good_peers(text: str) -> bool:
     items = [p.strip() for p in text.split(",") if p.strip()]
+    addresses = []
     for p in items:
         host, _, port = p.rpartition(":")
         if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
             return False
-    return len(set(items)) == len(items)
+        addresses.append((host, int(port)))  # "h:5" and "h:05" are the same peer
+    return len(set(addresses)) == len(addresses)
 
 
 CASES = {

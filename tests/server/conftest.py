@@ -1,23 +1,11 @@
-"""Session-wide real servers (embedded model, CPU, 127.0.0.1), started lazily and shared by test modules."""
+"""Session-wide real servers (embedded model, CPU, 127.0.0.1), started lazily and shared by test modules.
+`server_logs` and the default `tiered_server` are in tests/conftest.py: the reliability tests share them."""
 
 import pytest
 
 from tests.support import start_server
 
 pytestmark = pytest.mark.server
-
-
-@pytest.fixture(scope="session")
-def server_logs(tmp_path_factory):
-    return tmp_path_factory.mktemp("server-logs")
-
-
-@pytest.fixture(scope="session")
-def tiered_server(server_logs):
-    """The default: `python -m sglang_ext.launch_server` with nothing but cache reporting on."""
-    server = start_server(["--enable-cache-report"], server_logs, "tiered")
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="session")

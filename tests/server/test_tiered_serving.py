@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.support import start_server
+from tests.support import start_server, stats_now
 
 WORDS = "cache token prefix session tenant model server request reply host device peer memory block page tree".split()
 TTL = {"type": "ephemeral", "ttl": "5m"}
@@ -114,7 +114,7 @@ INVALID_CACHE_CONTROL = [
 @pytest.mark.parametrize("cache_control", INVALID_CACHE_CONTROL, ids=lambda c: re.sub(r"\W+", "_", str(c)))
 @pytest.mark.parametrize("route", ["/generate", "/v1/chat/completions", "/v1/completions"])
 def test_invalid_cache_control_is_a_400_and_changes_nothing(tiered_small, route, cache_control):
-    before = tiered_small.get("/tiers/stats")
+    before = stats_now(tiered_small)
     prompt = words(30, 50)
     body = {"cache_control": cache_control, "model": "default", "max_tokens": 2}
     if route == "/generate":
@@ -126,14 +126,14 @@ def test_invalid_cache_control_is_a_400_and_changes_nothing(tiered_small, route,
     status, answer = tiered_small.post_status(route, body)
     assert status == 400, answer
     assert "cache_control" in answer["message"] or "ttl" in answer["message"]
-    assert tiered_small.get("/tiers/stats") == before
+    assert stats_now(tiered_small) == before
 
 
 def test_invalid_cache_salt_is_a_400(tiered_small):
-    before = tiered_small.get("/tiers/stats")
+    before = stats_now(tiered_small)
     status, answer = tiered_small.post_status("/generate", {"text": "hello", "cache_salt": 42})
     assert status == 400 and "cache_salt" in answer["message"]
-    assert tiered_small.get("/tiers/stats") == before
+    assert stats_now(tiered_small) == before
 
 
 def test_stats_and_metrics_move_as_the_scenario_says(tiered_small):

@@ -55,6 +55,23 @@ def test_hit_refreshes_ttl():
     assert not r.is_retained("a")
 
 
+def test_refreshes_keep_the_expiry_heap_in_proportion_to_the_retentions():
+    # a hot retained prefix hit on every request for an hour (a 1 h TTL): the heap must not keep every refresh
+    clock = ManualClock()
+    r = Retention(100, clock)
+    r.retain("hot", 10, 3600)
+    r.retain("warm", 10, 3600)
+    for i in range(20_000):
+        clock.set(i * 0.1)
+        r.touch("hot")
+    assert r.pending_deadlines <= 2 * 2 + 64
+    # and expiry still follows the latest refresh of each entry
+    clock.set(1999.9 + 3599.9)
+    assert r.is_retained("hot") and r.expire() == 1  # only "warm" (retained at 0 s, never hit) expired
+    clock.set(1999.9 + 3600)
+    assert r.expire() == 1 and r.retained_size == 0
+
+
 def test_over_budget_releases_oldest_first():
     clock = ManualClock()
     r = Retention(100, clock, budget_fraction=0.3)

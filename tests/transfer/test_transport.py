@@ -2,7 +2,8 @@
 
 Guards: batched scattered READ/WRITE is bit-exact (a wrong descriptor pairing or offset shows up as a
 digest mismatch); misuse and dead peers raise TransferError instead of hanging or corrupting memory;
-frozen peers hit the deadline (TransferTimeout).
+frozen peers hit the deadline (TransferTimeout), and a READ that may still land after it is reported as
+unsettled until it has.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Pair:
     notifs: Callable[[], list]
     kill: Callable[[], None]
     pid: int = 0
+    metadata: bytes = b""
 
 
 def _local_pair(seed):
@@ -82,7 +84,7 @@ def _nixl_pair(seed):
             proc.join(DEADLINE_S)
             assert not proc.is_alive()
 
-        yield Pair(a, peer, addr, lambda: ask("digest"), lambda: ask("notifs"), kill, proc.pid)
+        yield Pair(a, peer, addr, lambda: ask("digest"), lambda: ask("notifs"), kill, proc.pid, metadata)
         a.close()
     finally:
         if proc.is_alive():
@@ -212,3 +214,66 @@ def _wait_status(pid, stopped):
     while (psutil.Process(pid).status() == psutil.STATUS_STOPPED) != stopped:
         assert time.monotonic() < deadline
         time.sleep(0.001)
+
+
+def test_local_read_from_a_frozen_peer_lands_late_and_is_reported():
+    """The stand-in behaves like UCX: a READ past its deadline is reported unsettled, lands on thaw, and a
+    killed peer's late read settles without landing."""
+    fabric = LocalFabric()
+    a, b = LocalTransport(fabric), LocalTransport(fabric)
+    src, dst = np.arange(PAGE, dtype=np.uint8), np.zeros(PAGE, dtype=np.uint8)
+    a.register(dst.ctypes.data, PAGE)
+    b.register(src.ctypes.data, PAGE)
+    peer = a.connect(b.metadata(), deadline_in(1))
+    fabric.freeze(b.name)
+    with pytest.raises(TransferTimeout) as err:
+        a.read(peer, [(dst.ctypes.data, PAGE)], [(src.ctypes.data, PAGE)], deadline_in(0.05))
+    late = err.value.unsettled
+    assert late is not None and late.local == ((dst.ctypes.data, PAGE),)
+    assert not late.settled() and not dst.any()
+    fabric.thaw(b.name)
+    assert late.settled() and np.array_equal(dst, src)  # it landed: the destination had to stay reserved
+
+    dst[:] = 0
+    fabric.freeze(b.name)
+    with pytest.raises(TransferTimeout) as err:
+        a.read(peer, [(dst.ctypes.data, PAGE)], [(src.ctypes.data, PAGE)], deadline_in(0.05))
+    fabric.kill(b.name)
+    assert err.value.unsettled.settled() and not dst.any()
+
+
+def test_nixl_read_from_a_frozen_peer_lands_late_and_is_reported(monkeypatch):
+    """Over UCX's tcp transport a READ from a SIGSTOPped peer cannot be cancelled: its bytes land once the
+    peer resumes, even after a disconnect. The transport must report it unsettled until it has landed (or
+    failed), keep the peer loaded meanwhile, and work normally afterwards."""
+    monkeypatch.setenv("UCX_TLS", "tcp")
+    gen = _nixl_pair(seed=11)
+    pair = next(gen)
+    try:
+        local = np.zeros(64 * PAGE, dtype=np.uint8)
+        pair.initiator.register(local.ctypes.data, local.nbytes)
+        ranges = ([(local.ctypes.data, 64 * PAGE)], [(pair.remote_addr, 64 * PAGE)])
+        pair.initiator.read(pair.peer, *ranges, deadline_in(DEADLINE_S))
+        os.kill(pair.pid, signal.SIGSTOP)
+        _wait_status(pair.pid, stopped=True)
+        local[:] = 0
+        with pytest.raises(TransferTimeout) as err:
+            pair.initiator.read(pair.peer, *ranges, deadline_in(1.0))
+        late = err.value.unsettled
+        assert late is not None and late.local == tuple(ranges[0])
+        assert not late.settled()
+        pair.initiator.disconnect(pair.peer)  # deferred: the late read must stay observable
+        assert not late.settled() and not local.any()
+        os.kill(pair.pid, signal.SIGCONT)
+        _wait_status(pair.pid, stopped=False)
+        deadline = time.monotonic() + DEADLINE_S
+        while not late.settled():  # polls NIXL; the thawed peer answers the READ
+            assert time.monotonic() < deadline, "the late READ never settled after the peer resumed"
+        assert np.array_equal(local, pattern(11)[: 64 * PAGE])  # it did land, after its deadline
+        local[:] = 0
+        peer = pair.initiator.connect(pair.metadata, deadline_in(DEADLINE_S))
+        pair.initiator.read(peer, *ranges, deadline_in(DEADLINE_S))
+        assert np.array_equal(local, pattern(11)[: 64 * PAGE])
+    finally:
+        os.kill(pair.pid, signal.SIGCONT)
+        gen.close()

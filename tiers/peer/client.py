@@ -5,33 +5,43 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from tiers.peer.overlap import CHUNK_BYTES, HASH_SLICE_BYTES, chunks, move_and_hash
 from tiers.peer.protocol import PROTOCOL_VERSION, PeerError, page_checksum, scoped_key
 from tiers.peer.store import StoreStats
-from transfer.base import Range, Transport, TransferError, deadline_in, remaining
+from transfer.base import Range, Transport, TransferError, TransferTimeout, deadline_in, remaining
 from transfer.control import recv_message, send_message
 
 logger = logging.getLogger("peer_client")
-
 
 
 class PeerClient:
     """One connection to one peer server, for pages of `page_bytes` bytes.
 
     A page is given as a list of local ranges (pieces, in order) that together hold `page_bytes` bytes;
-    the local memory must be registered with `transport`. Every call finishes by `timeout_s` or raises
-    `TransferError` (`TransferTimeout` for a missed deadline) and drops the connection, so the next call
-    reconnects: a restarted peer is picked up without further ado.
+    the local memory must be registered with `transport`. Pages move straight between that memory and
+    the peer's pool (no staging copy), in chunks of about `chunk_bytes`, each chunk's checksums computed
+    while the next chunk moves (tiers/peer/overlap.py). Each side hashes a page once: the writer before
+    commit, the reader after its READ.
+
+    Every call finishes by its `deadline` (absolute, `time.monotonic()`; default: `timeout_s` from now),
+    waiting for the client's lock included, or raises `TransferError` (`TransferTimeout` for a missed
+    deadline) and drops the connection, so the next call reconnects: a restarted peer is picked up
+    without further ado. A READ that missed the deadline may still land: the `TransferTimeout` then carries
+    it as `unsettled` (transfer/base.py, "Late reads"), and the caller must not reuse those pages before
+    it settles.
 
     Thread-safe: one lock per client serializes whole calls (request, transfer, commit).
     """
 
-    def __init__(self, host: str, port: int, transport: Transport, page_bytes: int, timeout_s: float = 2.0):
+    def __init__(self, host: str, port: int, transport: Transport, page_bytes: int, timeout_s: float = 2.0,
+                 chunk_bytes: int = CHUNK_BYTES):
         self.host, self.port = host, int(port)
         self.transport = transport
         self.page_bytes = page_bytes
         self.timeout_s = timeout_s
+        self.chunk_bytes = chunk_bytes
         self._lock = threading.Lock()
         self._sock: Optional[socket.socket] = None
         self._peer: Optional[str] = None
@@ -73,20 +83,23 @@ class PeerClient:
             raise PeerError(f"peer {self.address} refused {body['op']}: {resp.get('error')}")
         return resp, blob
 
-    def _call(self, fn, *args):
+    def _call(self, fn, *args, deadline: Optional[float] = None):
         """Run `fn(deadline, *args)` connected, under the lock; any failure drops the connection."""
-        deadline = deadline_in(self.timeout_s)
-        with self._lock:
-            try:
-                if self._sock is None:
-                    self._connect(deadline)
-                return fn(deadline, *args)
-            except TransferError:
-                self._reset()
-                raise
-            except (KeyError, TypeError, ValueError) as e:  # a malformed answer
-                self._reset()
-                raise TransferError(f"bad answer from {self.address}: {e}") from e
+        deadline = deadline_in(self.timeout_s) if deadline is None else deadline
+        if not self._lock.acquire(timeout=max(0.0, remaining(deadline))):
+            raise TransferTimeout(f"peer {self.address}: another call held the connection until the deadline")
+        try:
+            if self._sock is None:
+                self._connect(deadline)
+            return fn(deadline, *args)
+        except TransferError:
+            self._reset()
+            raise
+        except (KeyError, TypeError, ValueError) as e:  # a malformed answer
+            self._reset()
+            raise TransferError(f"bad answer from {self.address}: {e}") from e
+        finally:
+            self._lock.release()
 
     def _check_pages(self, pages: Sequence[Sequence[Range]]) -> None:
         for p in pages:
@@ -101,26 +114,47 @@ class PeerClient:
         return out
 
     # --- operations ---
-    def put(self, ns: str, keys: Sequence[str], pages: Sequence[Sequence[Range]]) -> List[bool]:
-        """Store pages; True where the peer now holds the page (or another writer is storing it)."""
-        self._check_pages(pages)
-        sums = [page_checksum(scoped_key(ns, k), p) for k, p in zip(keys, pages)]
-        return self._call(self._put, ns, list(keys), pages, sums)
+    def put(self, ns: str, keys: Sequence[str], pages: Sequence[Sequence[Range]],
+            checksums: Optional[Sequence[str]] = None, deadline: Optional[float] = None) -> List[bool]:
+        """Store pages; True where the peer now holds the page (or another writer is storing it).
 
-    def _put(self, deadline, ns, keys, pages, sums) -> List[bool]:
+        `checksums`, when given, are the pages' checksums already known (from a verified read of these
+        very bytes); otherwise they are computed while the pages are written."""
+        self._check_pages(pages)
+        return self._call(self._put, ns, list(keys), pages, checksums, deadline=deadline)
+
+    def _put(self, deadline, ns, keys, pages, known) -> List[bool]:
         resp, _ = self._roundtrip({"op": "alloc", "ns": ns, "keys": keys}, deadline)
         slots = resp["slots"]
         out = [s["state"] in ("exists", "busy") for s in slots]
         todo = [i for i, s in enumerate(slots) if s["state"] == "alloc"]
         if not todo:
             return out
-        local, remote = self._ranges(todo, [s and s.get("offset") for s in slots], pages)
-        self.transport.write(self._peer, local, remote, deadline)
+        offsets = [s.get("offset") for s in slots]
+        runs = chunks(todo, self.page_bytes, self.chunk_bytes)
+        if known is None:
+            sums = self._move_and_hash(self.transport.write, ns, keys, pages, offsets, runs, deadline, True)
+        else:
+            for run in runs:
+                self.transport.write(self._peer, *self._ranges(run, offsets, pages), deadline)
+            sums = {i: known[i] for i in todo}
         body = {"op": "commit", "ns": ns, "keys": [keys[i] for i in todo], "checksums": [sums[i] for i in todo]}
         resp, _ = self._roundtrip(body, deadline)
         for i, ok in zip(todo, resp["stored"]):
             out[i] = bool(ok)
         return out
+
+    def _move_and_hash(self, move, ns, keys, pages, offsets, runs, deadline, hash_first) -> Dict[int, str]:
+        """Move `runs` of pages with `move` (transport.read or .write), checksumming each run meanwhile."""
+        sums = move_and_hash(
+            runs,
+            lambda run: move(self._peer, *self._ranges(run, offsets, pages), deadline),
+            lambda i: page_checksum(scoped_key(ns, keys[i]), pages[i]),
+            deadline,
+            hash_first,
+            slice_items=max(1, HASH_SLICE_BYTES // self.page_bytes),
+        )
+        return {i: c for run, cs in zip(runs, sums) for i, c in zip(run, cs)}
 
     def _ranges(self, todo, offsets, pages):
         """Local and remote ranges of pages `todo` (one prepared transfer for all of them)."""
@@ -130,26 +164,33 @@ class PeerClient:
             remote.extend(self._remote(offsets[i], pages[i]))
         return local, remote
 
-    def get(self, ns: str, keys: Sequence[str], pages: Sequence[Sequence[Range]]) -> List[bool]:
+    def get(self, ns: str, keys: Sequence[str], pages: Sequence[Sequence[Range]],
+            deadline: Optional[float] = None) -> List[bool]:
         """Read pages into `pages`; True where the bytes arrived and their checksum matched.
 
         Where False, the destination memory holds undefined bytes."""
-        self._check_pages(pages)
-        return self._call(self._get, ns, list(keys), pages)
+        return [c is not None for c in self.get_verified(ns, keys, pages, deadline)]
 
-    def _get(self, deadline, ns, keys, pages) -> List[bool]:
+    def get_verified(self, ns: str, keys: Sequence[str], pages: Sequence[Sequence[Range]],
+                     deadline: Optional[float] = None) -> List[Optional[str]]:
+        """Like `get`, but gives each page's verified checksum (None for a miss), for a later `put`."""
+        self._check_pages(pages)
+        return self._call(self._get, ns, list(keys), pages, deadline=deadline)
+
+    def _get(self, deadline, ns, keys, pages) -> List[Optional[str]]:
         resp, _ = self._roundtrip({"op": "lookup", "ns": ns, "keys": keys, "pin": True}, deadline)
         found = resp["pages"]
         todo = [i for i, f in enumerate(found) if f is not None]
-        out = [False] * len(keys)
+        out: List[Optional[str]] = [None] * len(keys)
         if not todo:
             return out
-        local, remote = self._ranges(todo, [f and f["offset"] for f in found], pages)
-        self.transport.read(self._peer, local, remote, deadline)
+        offsets = [f and f["offset"] for f in found]
+        runs = chunks(todo, self.page_bytes, self.chunk_bytes)
+        sums = self._move_and_hash(self.transport.read, ns, keys, pages, offsets, runs, deadline, False)
         bad = []
         for i in todo:
-            if page_checksum(scoped_key(ns, keys[i]), pages[i]) == found[i]["checksum"]:
-                out[i] = True
+            if sums[i] == found[i]["checksum"]:
+                out[i] = sums[i]
             else:
                 bad.append(keys[i])
         if bad:
@@ -158,8 +199,8 @@ class PeerClient:
             self._roundtrip({"op": "report", "ns": ns, "keys": bad}, deadline)
         return out
 
-    def exists(self, ns: str, keys: Sequence[str]) -> List[bool]:
-        return self._call(self._exists, ns, list(keys))
+    def exists(self, ns: str, keys: Sequence[str], deadline: Optional[float] = None) -> List[bool]:
+        return self._call(self._exists, ns, list(keys), deadline=deadline)
 
     def _exists(self, deadline, ns, keys) -> List[bool]:
         resp, _ = self._roundtrip({"op": "lookup", "ns": ns, "keys": keys, "pin": False}, deadline)

@@ -13,6 +13,23 @@ from tiers.peer.protocol import READ_LEASE_S, WRITE_LEASE_S, PeerError, page_che
 from tiers.policy import Candidate, Policy, create_policy
 from transfer.base import Range
 
+# Page sizes a pool accepts: at least MIN_PAGE_BYTES, and few enough slots that the index stays small next
+# to the pool (a 64 GB pool takes pages of 15,259 bytes or more). Whoever sets the size, flag or first hello,
+# cannot make the server build an index in proportion to a number it chose.
+MIN_PAGE_BYTES = 64
+MAX_SLOTS = 1 << 22
+
+
+def page_size_problem(pool_bytes: int, page_bytes: int) -> Optional[str]:
+    """Why `page_bytes` cannot cut a `pool_bytes` pool, or None if it can."""
+    if isinstance(page_bytes, bool) or not isinstance(page_bytes, int):
+        return f"page size must be an integer, got {type(page_bytes).__name__}"
+    if page_bytes < MIN_PAGE_BYTES or page_bytes > pool_bytes:
+        return f"page size {page_bytes} is outside [{MIN_PAGE_BYTES}, {pool_bytes}] (the pool's bytes)"
+    if pool_bytes // page_bytes > MAX_SLOTS:
+        return (f"page size {page_bytes} cuts the {pool_bytes}-byte pool into more than {MAX_SLOTS} slots; "
+                f"the smallest page this pool takes is {-(-pool_bytes // MAX_SLOTS)} bytes")
+    return None
 
 
 @dataclass
@@ -56,22 +73,23 @@ class PageStore:
         self._policy: Optional[Policy] = None
         self._index: Dict[Tuple[str, str], _Slot] = {}
         self._slots: Dict[int, _Slot] = {}
-        self._free: List[int] = []
+        self._free: List[int] = []  # slots given back; slots never used are `_fresh` and above
+        self._fresh = 0
         self._n = dict(hits=0, misses=0, stored=0, evictions=0, rejected_full=0, commit_mismatch=0,
                        corrupt_dropped=0, transit_errors=0)
 
     def format(self, page_bytes: int) -> None:
         """Cut the pool into `page_bytes` slots; a no-op if already cut that way."""
         with self._lock:
-            if self.page_bytes == page_bytes:
-                return
             if self.page_bytes:
-                raise PeerError(f"pool holds {self.page_bytes}-byte pages; this client uses {page_bytes}")
-            if page_bytes <= 0 or page_bytes > len(self.pool):
-                raise PeerError(f"page size {page_bytes} does not fit a {len(self.pool)}-byte pool")
+                if page_bytes != self.page_bytes:
+                    raise PeerError(f"pool holds {self.page_bytes}-byte pages; this client uses {page_bytes}")
+                return
+            problem = page_size_problem(len(self.pool), page_bytes)
+            if problem:
+                raise PeerError(problem)
             self.capacity_pages = len(self.pool) // page_bytes
             self._policy = create_policy(self.policy_name, self.capacity_pages, clock=self.clock)
-            self._free = list(range(self.capacity_pages - 1, -1, -1))
             self.page_bytes = page_bytes
 
     def _need_format(self) -> None:
@@ -90,6 +108,9 @@ class PageStore:
     def _take_slot(self, skey: Tuple[str, str]) -> Optional[int]:
         if self._free:
             return self._free.pop()
+        if self._fresh < self.capacity_pages:
+            self._fresh += 1
+            return self._fresh - 1
         victims = self._policy.victims(1, self._protected)
         if not victims or not self._policy.admit(Candidate(key=skey, size=1), victims):
             return None
@@ -156,23 +177,34 @@ class PageStore:
         return out
 
     def lookup(self, ns: str, keys: Sequence[str], pin: bool) -> List[Optional[dict]]:
-        out = []
+        """Where each page is. Each asked key is counted once: a probe (`pin` false: the client's `exists`)
+        counts only its misses, because a found page is read next and that read (`pin` true) counts the hit,
+        bumps recency and takes the read lease. The policy hears the same once-per-key `record`s and, per
+        call, the miss traffic (`observe`) that ages its learned estimates."""
+        out: List[Optional[dict]] = []
+        hits = misses = 0
         with self._lock:
             self._need_format()
-            now = self.clock.now()
+            policy, now = self._policy, self.clock.now()
             for key in keys:
                 skey = (ns, key)
-                self._policy.record(skey)
                 slot = self._index.get(skey)
-                if slot is None or slot.writing:
-                    self._n["misses"] += 1
+                found = slot is not None and not slot.writing
+                if not found:
+                    misses += 1
+                    policy.record(skey)
                     out.append(None)
                     continue
-                self._n["hits"] += 1
-                self._policy.on_access(slot.index)
                 if pin:
+                    hits += 1
+                    policy.record(skey)
+                    policy.on_access(slot.index)
                     slot.lease_until = max(slot.lease_until, now + READ_LEASE_S)
                 out.append({"offset": slot.index * self.page_bytes, "checksum": slot.checksum})
+            self._n["hits"] += hits
+            self._n["misses"] += misses
+            if hits + misses:
+                policy.observe(hits, hits + misses)
         return out
 
     def report(self, ns: str, keys: Sequence[str]) -> List[bool]:
@@ -213,7 +245,7 @@ class PageStore:
                 capacity_pages=self.capacity_pages,
                 used_pages=len(self._slots) - writing,
                 writing_pages=writing,
-                free_pages=len(self._free),
+                free_pages=len(self._free) + self.capacity_pages - self._fresh,
                 policy=self.policy_name,
                 **self._n,
             )

@@ -25,7 +25,8 @@ The gate passes a suffix whose class's reuse probability (hits + prior) / (event
 tier fill with middling classes and lost most of the gain.
 
 Cost: events sit in a FIFO in open order and expire from its head, so each call is O(1) amortized and the
-FIFO holds at most horizon x capacity entries (every event is at least one unit of traffic).
+FIFO holds at most horizon x capacity entries (every event is at least one unit of traffic). `opened` enforces
+that bound itself, so a tier that drives `observe` short, or not at all, cannot grow the FIFO past capacity.
 """
 
 from __future__ import annotations
@@ -93,8 +94,12 @@ class ReuseGate:
     def opened(self, key: Hashable, depth: int, size: int) -> None:
         """A new suffix entered the tier (or was declined): its event starts now."""
         returns = self._returning.pop(key, 0)
-        self._open.pop(key, None)
-        self._open[key] = (self.class_of(depth + returns, size), self.traffic, returns)
+        pending = self._open
+        pending.pop(key, None)
+        pending[key] = (self.class_of(depth + returns, size), self.traffic, returns)
+        if len(pending) > self.horizon_units:  # more events than the horizon has units: the oldest is past it
+            _, (cls, _, _) = pending.popitem(last=False)
+            self.events[cls] = self.events.get(cls, 0.0) + 1.0
 
     def withdraw(self, key: Hashable) -> None:
         """`key` was reported as new but is not a new suffix (the front part of a split)."""

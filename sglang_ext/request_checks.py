@@ -1,0 +1,187 @@
+"""Request fields checked at the HTTP boundary, before SGLang's handlers see them.
+
+SGLang 0.5.20 answers some malformed requests with a 5xx (an unknown `sampling_params` key is a TypeError, a
+string where a number belongs fails a comparison) and trusts others completely: `n` copies of a request are built
+in the HTTP process before anything is bounded, so `"n": 1e9` exhausts its memory and takes the server down, and
+`sampling_params` accepts the fields SGLang fills in itself (`is_normalized`, `stop_strs`, ...); a token id outside
+the vocabulary (`input_ids`, or a completion `prompt` of ids) reaches the model and stops the scheduler with an
+IndexError, as does `input_embeds` of the wrong width. Each check here
+raises BadRequest with a message naming the field; request_api turns that into an HTTP 400, and nothing reaches
+the scheduler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+MAX_SALT_LEN = 256
+MAX_SAMPLES = 128  # `n` per prompt, OpenAI's own limit; a batch of prompts multiplies it
+MAX_FANOUT = 4096  # prompts x n in one request
+
+# The API-facing fields of SGLang's SamplingParams (sglang/srt/sampling/sampling_params.py, 0.5.20) and the JSON
+# types each takes (None is always allowed). Its internal fields are not here, so a client cannot set them.
+INT, NUM, STR, BOOL = "an integer", "a number", "a string", "a boolean"
+STRS, INTS, BIAS, OBJ = "a string or a list of strings", "a list of integers", "an object of numbers", "an object"
+WORD, COUNT = "a non-empty string", "a non-negative integer"
+SAMPLING_FIELDS = {
+    "max_new_tokens": INT, "stop": STRS, "stop_token_ids": INTS, "stop_regex": STRS, "temperature": NUM,
+    "top_p": NUM, "top_k": INT, "min_p": NUM, "frequency_penalty": NUM, "presence_penalty": NUM,
+    "repetition_penalty": NUM, "min_new_tokens": INT, "n": INT, "beam_width": INT, "json_schema": STR,
+    "regex": STR, "ebnf": STR, "structural_tag": STR, "ignore_eos": BOOL, "skip_special_tokens": BOOL,
+    "spaces_between_special_tokens": BOOL, "no_stop_trim": BOOL, "stream_interval": INT, "logit_bias": BIAS,
+    "sampling_seed": INT, "custom_params": OBJ,
+}
+# SGLang's SessionParams fields and the types it accepts (None is always allowed).
+SESSION_FIELDS = {"id": WORD, "rid": WORD, "offset": COUNT, "replace": BOOL, "drop_previous_output": BOOL}
+
+
+# GenerateReqInput fields that SGLang's own processes fill in; a client that sends one is refused.
+SERVER_SET_FIELDS = ("http_worker_ipc", "received_time", "num_items_assigned", "need_wait_for_mm_inputs")
+
+
+class BadRequest(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """What the served model accepts: token ids in [0, vocab_size), embeddings `hidden_size` wide."""
+
+    vocab_size: int
+    hidden_size: int
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _has_type(value: Any, kind: str) -> bool:
+    if kind == INT:
+        return _is_int(value)
+    if kind == NUM:
+        return _is_num(value)
+    if kind == STR:
+        return isinstance(value, str)
+    if kind == WORD:
+        return isinstance(value, str) and bool(value)
+    if kind == COUNT:
+        return _is_int(value) and value >= 0
+    if kind == BOOL:
+        return isinstance(value, bool)
+    if kind == STRS:
+        return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    if kind == INTS:
+        return isinstance(value, list) and all(_is_int(v) for v in value)
+    if kind == BIAS:
+        return isinstance(value, dict) and all(_is_num(v) for v in value.values())
+    return isinstance(value, dict)
+
+
+def check_fields(obj: dict, fields: dict, where: str) -> None:
+    """Every key of `obj` is one of `fields`, with a value of its kind (or null)."""
+    for name, value in obj.items():
+        kind = fields.get(name)
+        if kind is None:
+            raise BadRequest(f"{where} has an unknown field {name!r}")
+        if value is not None and not _has_type(value, kind):
+            raise BadRequest(f"{where}.{name} must be {kind} or null, got {value!r:.80}")
+
+
+def check_sampling_params(params: Any) -> None:
+    """`/generate`'s `sampling_params`: an object (or a list of them, for a batch) of known fields and types."""
+    for one in params if isinstance(params, list) else [params]:
+        if one is None:
+            continue
+        if not isinstance(one, dict):
+            raise BadRequest("sampling_params must be an object (or a list of objects, for a batch)")
+        check_fields(one, SAMPLING_FIELDS, "sampling_params")
+
+
+def _samples(value: Any, field: str) -> int:
+    if value is None:
+        return 1
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # pydantic takes 2.0 for 2; so do we, and bound it
+    if not _is_int(value) or not 1 <= value <= MAX_SAMPLES:
+        raise BadRequest(f"{field} must be an integer from 1 to {MAX_SAMPLES}, got {value!r}")
+    return value
+
+
+def check_fanout(body: dict, route: str) -> None:
+    """Bound the copies SGLang builds in the HTTP process: `n` per prompt, and prompts x `n` per request."""
+    if route == "/generate":
+        params = body.get("sampling_params")
+        per = [_samples(p.get("n") if isinstance(p, dict) else None, "sampling_params.n")
+               for p in (params if isinstance(params, list) else [params])]
+        prompts = body.get("text", body.get("input_ids"))
+    else:
+        per = [_samples(body.get("n"), "n")]
+        prompts = body.get("prompt")
+    batch = len(prompts) if isinstance(prompts, list) and prompts and not _is_int(prompts[0]) else 1
+    n = max(per, default=1)
+    if batch * n > MAX_FANOUT:
+        raise BadRequest(f"a request may ask for at most {MAX_FANOUT} completions (prompts x n), got {batch} x {n}")
+
+
+def check_salt(salt: Any) -> None:
+    salts = salt if isinstance(salt, list) else [salt]
+    if salt is not None and not all(isinstance(s, str) and 0 < len(s) <= MAX_SALT_LEN for s in salts):
+        raise BadRequest(f"cache_salt must be a non-empty string (or a list of them, for a batch) of at most "
+                         f"{MAX_SALT_LEN} characters")
+
+
+def check_session_params(params: Any) -> None:
+    """Refuse malformed `session_params` here, before SGLang's scheduler sees (and half-applies) them."""
+    if params is None:
+        return
+    if not isinstance(params, dict):
+        raise BadRequest("session_params must be an object")
+    check_fields(params, SESSION_FIELDS, "session_params")
+
+
+def check_token_ids(ids: Any, field: str, vocab_size: int) -> None:
+    """A list of token ids (or a batch of them) names only tokens of the vocabulary; other shapes are SGLang's."""
+    for seq in ids if isinstance(ids, list) and ids and isinstance(ids[0], list) else [ids]:
+        if isinstance(seq, list):
+            bad = next((t for t in seq if _is_int(t) and not 0 <= t < vocab_size), None)
+            if bad is not None:
+                raise BadRequest(f"{field} has token id {bad}, outside the vocabulary [0, {vocab_size})")
+
+
+def check_input_embeds(embeds: Any, hidden_size: int) -> None:
+    if embeds is None:
+        return
+    batch = embeds if isinstance(embeds, list) and embeds and isinstance(embeds[0], list) and embeds[0] \
+        and isinstance(embeds[0][0], list) else [embeds]
+    for rows in batch:
+        if not (isinstance(rows, list) and rows and all(
+                isinstance(row, list) and len(row) == hidden_size and all(_is_num(x) for x in row) for row in rows)):
+            raise BadRequest(f"input_embeds must be a non-empty list of rows of {hidden_size} numbers "
+                             "(or a batch of them)")
+
+
+def check_generate(body: dict, limits: Optional[ModelLimits]) -> None:
+    for name in SERVER_SET_FIELDS:
+        if body.get(name) is not None:
+            raise BadRequest(f"{name} is set by the server, not by a request")
+    check_sampling_params(body.get("sampling_params"))
+    if limits is not None:
+        check_token_ids(body.get("input_ids"), "input_ids", limits.vocab_size)
+        check_input_embeds(body.get("input_embeds"), limits.hidden_size)
+
+
+def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) -> None:
+    """Every check that applies to a body for `route` (one of request_api.CARRIED_ROUTES); `limits` None: the
+    model's are not known yet, and the checks that need them are skipped."""
+    check_salt(body.get("cache_salt"))
+    check_session_params(body.get("session_params"))
+    if route == "/generate":
+        check_generate(body, limits)
+    elif route == "/v1/completions" and limits is not None:
+        check_token_ids(body.get("prompt"), "prompt", limits.vocab_size)
+    check_fanout(body, route)

@@ -1,0 +1,195 @@
+"""The HTTP boundary (request_api, request_checks) and the scheduler's second check (serving_cache.request_ttl_s):
+a client cannot set the internal TTL, and nothing a body carries reaches the scheduler unchecked."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglang_ext.request_api import TTL_PARAM, rewrite
+from sglang_ext.request_checks import MAX_FANOUT, MAX_SAMPLES, ModelLimits
+from sglang_ext.serving_cache import ServedRequests, request_ttl_s
+from tiers.retention import MAX_TTL_S
+
+ROUTES = ["/generate", "/v1/chat/completions", "/v1/completions"]
+
+
+def forwarded(route: str, body, session_ttl_s=None):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    status, out = rewrite(route, raw, session_ttl_s)
+    return status, json.loads(out)
+
+
+def ttls_in(node) -> list:
+    """Every TTL_PARAM value anywhere in a body."""
+    found, stack = [], [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found += [v for k, v in node.items() if k == TTL_PARAM]
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def test_the_reported_crash_request_loses_its_internal_ttl():
+    body = {"input_ids": [11, 12, 13, 14, 15, 16, 17, 18],
+            "sampling_params": {"max_new_tokens": 2, "custom_params": {TTL_PARAM: 1e9}}}
+    status, out = forwarded("/generate", body)
+    assert status == 200
+    assert ttls_in(out) == []
+    assert out["sampling_params"] == {"max_new_tokens": 2, "custom_params": {}}
+
+
+@pytest.mark.parametrize("route", ROUTES + ["/v1/responses", "/encode"])
+@pytest.mark.parametrize("where", ["top", "sampling", "extra_body", "deep", "escaped"])
+def test_a_client_supplied_internal_ttl_is_removed_on_every_route(route, where):
+    body = {"model": "default", "prompt": "x", "text": "x", "messages": [{"role": "user", "content": "x"}]}
+    if where == "top":
+        body["custom_params"] = {TTL_PARAM: 50.0}
+    elif where == "sampling":
+        body["sampling_params"] = {"custom_params": {TTL_PARAM: 50.0}}
+    elif where == "extra_body":
+        body["extra_body"] = {"custom_params": {TTL_PARAM: 50.0}}
+    elif where == "deep":
+        body["x"] = [{"y": [{TTL_PARAM: 50.0}]}]
+    raw = json.dumps(body).encode()
+    if where == "escaped":  # the same key spelled with a JSON escape
+        raw = raw[:-1] + b', "custom_params": {"sglang_ext_ttl\\u005fs": 1e999}}'
+    status, out = forwarded(route, raw)
+    assert status == 200
+    assert ttls_in(out) == []
+
+
+def test_a_valid_cache_control_is_the_only_ttl_that_is_carried():
+    body = {"model": "default", "prompt": "x", "cache_control": {"type": "ephemeral", "ttl": "1h"},
+            "custom_params": {TTL_PARAM: 5.0}, "extra_body": {"custom_params": {TTL_PARAM: 9.0}}}
+    status, out = forwarded("/v1/completions", body)
+    assert status == 200
+    assert ttls_in(out) == [3600.0]
+    status, out = forwarded("/generate", {"text": "x", "sampling_params": [{"custom_params": {TTL_PARAM: 1.0}}, None],
+                                          "cache_control": {"type": "ephemeral"}})
+    assert status == 200 and ttls_in(out) == [300.0, 300.0]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_json_nested_too_deeply_is_a_400(route):
+    raw = b'{"model": "default", "x": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    status, out = forwarded(route, raw)
+    assert status == 400 and "nested too deeply" in out["message"]
+
+
+@pytest.mark.parametrize("sampling, field", [
+    ({"bogus": 1}, "bogus"), ({"max_new_tokens": "x"}, "max_new_tokens"), ({"is_normalized": True}, "is_normalized"),
+    ({"stop_strs": ["a"]}, "stop_strs"), ({"temperature": "hot"}, "temperature"), ({"ignore_eos": 1}, "ignore_eos"),
+    ({"stop": [1]}, "stop"), ({"logit_bias": {"1": "x"}}, "logit_bias"), ({"custom_params": [1]}, "custom_params"),
+    ([{"n": 2}, 7], "sampling_params"), ("greedy", "sampling_params"),
+])
+def test_generate_sampling_params_of_unknown_fields_or_types_are_a_400(sampling, field):
+    status, out = forwarded("/generate", {"text": "x", "sampling_params": sampling})
+    assert status == 400 and field in out["message"]
+
+
+def test_known_sampling_params_pass_unchanged():
+    sampling = {"max_new_tokens": 4, "temperature": 0, "top_p": 0.9, "stop": ["a"], "n": 2, "ignore_eos": True,
+                "logit_bias": {"5": -1.5}, "custom_params": {"k": 1}, "json_schema": None}
+    raw = json.dumps({"text": "x", "sampling_params": sampling}).encode()
+    assert rewrite("/generate", raw, None) == (200, raw)
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/generate", {"text": "x", "sampling_params": {"n": 10**9}}),
+    ("/generate", {"text": "x", "sampling_params": {"n": 0}}),
+    ("/v1/chat/completions", {"messages": [], "n": 1e9}),
+    ("/v1/completions", {"prompt": "x", "n": MAX_SAMPLES + 1}),
+    ("/generate", {"text": ["x"] * (MAX_FANOUT // 2 + 1), "sampling_params": {"n": 2}}),
+    ("/v1/completions", {"prompt": [[1, 2]] * (MAX_FANOUT + 1)}),
+])
+def test_fanout_beyond_the_bound_is_a_400(route, body):
+    status, out = forwarded(route, body)
+    assert status == 400 and "n" in out["message"]
+
+
+def test_fanout_within_the_bound_passes():
+    for route, body in [("/generate", {"input_ids": list(range(5000)), "sampling_params": {"n": MAX_SAMPLES}}),
+                        ("/v1/completions", {"prompt": ["x"] * 32, "n": MAX_SAMPLES}),
+                        ("/v1/chat/completions", {"messages": [], "n": 2.0})]:
+        assert forwarded(route, body)[0] == 200
+
+
+@pytest.mark.parametrize("messages", [7, "text", {"role": "user"}, [None, 3, {"content": 5}]])
+def test_odd_messages_never_raise_in_the_middleware(messages):
+    status, _ = forwarded("/v1/chat/completions", {"messages": messages, "cache_control": {"type": "ephemeral"}})
+    assert status == 200
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=20)
+
+
+@given(route=st.sampled_from(ROUTES), body=st.dictionaries(st.sampled_from(
+    ["text", "prompt", "messages", "sampling_params", "custom_params", "n", "cache_control", "cache_salt",
+     "session_params", "input_ids", "extra_body", TTL_PARAM]), json_values, max_size=6))
+def test_rewrite_never_raises_and_never_forwards_a_client_ttl(route, body):
+    body.pop("cache_control", None)
+    status, out = rewrite(route, json.dumps(body).encode(), None)
+    assert status in (200, 400)
+    if status == 200:
+        assert ttls_in(json.loads(out)) == []
+
+
+# ---- the scheduler's second check ----
+
+def req_with(value) -> SimpleNamespace:
+    return SimpleNamespace(rid="r", sampling_params=SimpleNamespace(custom_params={TTL_PARAM: value}))
+
+
+@pytest.mark.parametrize("value", [1e9, math.inf, -math.inf, math.nan, -1, 0, "5", True, None, [1], {"a": 1},
+                                   MAX_TTL_S * 2])
+def test_the_scheduler_refuses_an_invalid_internal_ttl_and_counts_it(value):
+    assert request_ttl_s(req_with(value)) == (None, True)
+    served = SimpleNamespace(_served={"refused_ttl_params": 0})  # the only state _take_request_ttl touches
+    assert ServedRequests._take_request_ttl(served, req_with(value)) is None
+    assert served._served["refused_ttl_params"] == 1
+
+
+def test_the_scheduler_takes_a_valid_internal_ttl():
+    assert request_ttl_s(req_with(300)) == (300.0, False)
+    assert request_ttl_s(SimpleNamespace(sampling_params=SimpleNamespace(custom_params=None))) == (None, False)
+    assert request_ttl_s(SimpleNamespace()) == (None, False)
+
+
+# ---- what would reach the model ----
+
+LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/generate", {"input_ids": [1, 2, 100]}), ("/generate", {"input_ids": [1, -1]}),
+    ("/generate", {"input_ids": [[1], [2, 999]]}), ("/v1/completions", {"prompt": [5, 100]}),
+    ("/v1/completions", {"prompt": [[5], [-3]]}),
+    ("/generate", {"input_embeds": [[0.1, 0.2]]}), ("/generate", {"input_embeds": []}),
+    ("/generate", {"input_embeds": [[[0.0, 0.0, 0.0, "x"]]]}),
+    ("/generate", {"text": "x", "http_worker_ipc": "ipc:///tmp/elsewhere"}),
+    ("/generate", {"text": "x", "received_time": 0.0}),
+])
+def test_what_would_stop_the_scheduler_is_a_400(route, body):
+    status, out = rewrite(route, json.dumps(body).encode(), None, LIMITS)
+    assert status == 400, out
+    assert json.loads(out)["message"]
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/generate", {"input_ids": [0, 99]}), ("/generate", {"input_ids": [[0], [99, 1]]}),
+    ("/v1/completions", {"prompt": ["text", "more"]}), ("/v1/completions", {"prompt": [[0, 99]]}),
+    ("/generate", {"input_embeds": [[0.1, 0.2, 0.3, 0.4]]}),
+    ("/generate", {"input_embeds": [[[0, 0, 0, 0]], [[1, 1, 1, 1], [2, 2, 2, 2]]]}),
+])
+def test_ids_and_embeddings_the_model_takes_pass(route, body):
+    assert rewrite(route, json.dumps(body).encode(), None, LIMITS)[0] == 200
