@@ -198,3 +198,31 @@ def test_full_pool_under_tinylfu_admits_or_refuses_without_error(peer_factory, t
     assert stats.rejected_full == stored.count(False)  # refused newcomers are counted, not errors
     assert stats.evictions == stored.count(True)
     assert c.exists("ns", ks[:9]).count(True) == 9 - stats.evictions
+
+
+def server_counters(peer) -> dict:
+    """The peer's connection counters, over a fresh control connection (so that connection is never idle)."""
+    import socket as _socket
+
+    from transfer.base import deadline_in
+    from transfer.control import recv_message, send_message
+
+    host, port = peer.address.split(":")
+    with _socket.create_connection((host, int(port)), timeout=10) as sock:
+        send_message(sock, {"op": "stats"}, deadline_in(10))
+        return recv_message(sock, deadline_in(10))[0]["server"]
+
+
+def test_a_connection_the_peer_closed_while_idle_is_reopened_without_a_miss(peer_factory, transport):
+    """The peer closes idle connections (--idle-timeout-s); the client's next call must reconnect, not fail once
+    and put the peer in back-off (a miss for HiCache)."""
+    peer = peer_factory("--capacity-gb", "0.01", "--idle-timeout-s", "1")
+    c = client(peer, transport)
+    src, dst = Pages(transport, 4, seed=9), Pages(transport, 4)
+    assert c.put("ns", keys(4), src.pages()) == [True] * 4
+    deadline = time.monotonic() + 60
+    while server_counters(peer)["idle_closed"] < 1:
+        assert time.monotonic() < deadline, "the peer never closed the idle connection"
+        time.sleep(0.2)  # polling a condition, not ordering events
+    assert c.get("ns", keys(4), dst.pages()) == [True] * 4
+    assert all(dst.bytes_of(i) == src.bytes_of(i) for i in range(4))

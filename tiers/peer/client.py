@@ -76,6 +76,16 @@ class PeerClient:
         self._pool_addr = int(info["pool_addr"])
         self._peer = self.transport.connect(blob, deadline)
 
+    def _closed_by_peer(self) -> bool:
+        """A connection the peer closed while it sat idle (its --idle-timeout-s, a restart) reads as EOF: reconnect
+        then, rather than fail a call and put the peer in back-off (a miss for HiCache)."""
+        try:
+            return self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
     def _roundtrip(self, body: dict, deadline: float) -> Tuple[dict, bytes]:
         send_message(self._sock, body, deadline)
         resp, blob = recv_message(self._sock, deadline)
@@ -89,6 +99,8 @@ class PeerClient:
         if not self._lock.acquire(timeout=max(0.0, remaining(deadline))):
             raise TransferTimeout(f"peer {self.address}: another call held the connection until the deadline")
         try:
+            if self._sock is not None and self._closed_by_peer():
+                self._reset()
             if self._sock is None:
                 self._connect(deadline)
             return fn(deadline, *args)
