@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -79,10 +80,12 @@ class PeerClient:
     def _closed_by_peer(self) -> bool:
         """A connection the peer closed while it sat idle (its --idle-timeout-s, a restart) reads as EOF: reconnect
         then, rather than fail a call and put the peer in back-off (a miss for HiCache)."""
-        try:
-            return self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
+        readable = select.poll()  # first: a recv on a socket with a timeout waits for data, whatever its flags
+        readable.register(self._sock, select.POLLIN)
+        if not readable.poll(0):
             return False
+        try:
+            return self._sock.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
 
