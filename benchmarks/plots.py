@@ -20,11 +20,16 @@ def plot_hit_rates(results: Sequence[dict], path: str, title: str = "") -> str:
         style = _REFERENCE_STYLE.get(policy, dict(marker="o"))
         label = {"opt": "OPT (Belady, bypass)", "infinite": "infinite cache"}.get(policy, policy)
         ax.plot(xs, ys, label=label, **style)
-    ax.set_xscale("log")
-    ax.set_xlabel("device capacity (tokens)")
-    ax.set_ylabel("token hit rate")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"Hit rate vs capacity {title}".strip())
+    return _finish_log_x(fig, ax, path, "device capacity (tokens)", "token hit rate", f"Hit rate vs capacity {title}")
+
+
+def _finish_log_x(fig, ax, path: str, xlabel: str, ylabel: str, title: str) -> str:
+    """The layout the curve plots share (log x axis, grid, legend), saved to `path`."""
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title.strip())
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -40,17 +45,8 @@ def plot_ttft_cdf(ttfts_ms_by_server: dict, path: str, title: str = "") -> str:
         xs = sorted(values)
         if xs:
             ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=f"{server} ({len(xs)})")
-    ax.set_xscale("log")
-    ax.set_xlabel("time to first token (ms)")
-    ax.set_ylabel("share of requests")
     ax.set_ylim(0, 1.01)
-    ax.set_title(f"TTFT CDF {title}".strip())
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish_log_x(fig, ax, path, "time to first token (ms)", "share of requests", f"TTFT CDF {title}")
 
 
 def plot_tier_traffic(results: Sequence[dict], path: str, title: str = "") -> str:
