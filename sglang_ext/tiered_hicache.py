@@ -76,15 +76,27 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
                        host_evicted_tokens=0)
         super().__init__(params, server_args)
         self._init_served(enable_metrics, stats_tenants, signal_tiers=("device", "host"))
+        self._clock, self._retention_budget, self._sketch_seed = clock or MonotonicClock(), retention_budget, sketch_seed
+        self._fresh_policy_state()
+
+    def _fresh_policy_state(self) -> None:
+        """Retention, sketch and eviction order for an empty tree (at start and after a flush)."""
         device_tokens = max(1, int(self.token_to_kv_pool_allocator.size))
         host_tokens = max(1, int(self.cache_controller.mem_pool_host.size))
         # Retained prefixes end up in host memory (demoted, not dropped): the budget is a fraction of the host tier.
-        self.retention = Retention(max(device_tokens, host_tokens), clock or MonotonicClock(), retention_budget)
+        self.retention = Retention(max(device_tokens, host_tokens), self._clock, self._retention_budget)
         # A random seed (tests inject one): a client that cannot know it cannot pick keys whose counters collide.
-        self.sketch = FrequencySketch(max(64, host_tokens // 16), seed=sketch_seed)
-        order = (TinyLFUOrder(self.sketch, self._sketch_key) if policy == "tinylfu"
-                 else get_eviction_strategy(policy))
+        self.sketch = FrequencySketch(max(64, host_tokens // 16), seed=self._sketch_seed)
+        order = (TinyLFUOrder(self.sketch, self._sketch_key) if self._policy_name == "tinylfu"
+                 else get_eviction_strategy(self._policy_name))
         self.eviction_strategy = RetainedLast(order, self.retention)
+
+    def reset(self):
+        """SGLang's flush (`/flush_cache`) empties both pools; the retention and sketch of the old tree go too, or
+        retained tokens that no longer exist would hold the budget. Counters stay monotonic."""
+        super().reset()
+        if hasattr(self, "retention"):  # HiRadixCache's constructor resets before ours has run
+            self._fresh_policy_state()
 
     # ---- admission to the host tier ----
     def _sketch_key(self, node) -> int:

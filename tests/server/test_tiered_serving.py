@@ -82,6 +82,9 @@ def test_two_tenants_never_share_cached_tokens(tiered_small):
 
 
 def test_tenants_never_share_in_the_host_tier(hicache_server):
+    # Other modules flood this shared server. Start from empty pools: a full host tier admits a once-seen prompt
+    # only if its sketch count beats the coldest host leaf's (TinyLFU admission, tested on its own).
+    assert "Cache flushed" in hicache_server.get("/flush_cache")
     prompt = words(21, 250)
     hicache_server.generate(prompt, cache_salt="host-a", return_cached_tokens_details=True)
     for seed in (22, 23):  # push the prompt out of the 600-token device pool into the host tier
@@ -98,6 +101,17 @@ def test_tenants_never_share_in_the_host_tier(hicache_server):
     assert after["tiers"]["host"]["hit_requests"] == before["tiers"]["host"]["hit_requests"] + 1
     assert (metric(metrics_after, "hit_tokens", "host") - metric(metrics_before, "hit_tokens", "host")
             == host_hit)
+
+
+def test_a_flush_releases_the_host_tier_retention(hicache_server):
+    """Guards TieredHiRadixCache.reset: retained tokens of a flushed tree would otherwise hold the TTL budget."""
+    hicache_server.generate(words(24, 120), cache_salt="flush",
+                            cache_control={"type": "ephemeral", "ttl": "5m"})
+    assert hicache_server.get("/tiers/stats")["counters"]["retained_tokens"] > 0
+    assert "Cache flushed" in hicache_server.get("/flush_cache")
+    after = hicache_server.get("/tiers/stats")
+    assert after["counters"]["retained_tokens"] == 0
+    assert after["tiers"]["host"]["used_tokens"] == 0
 
 
 INVALID_CACHE_CONTROL = [
