@@ -4,10 +4,14 @@ Design note
 -----------
 The subclass keeps RadixCache's tree, matching and lock accounting untouched and changes three things:
 
-- `insert` first walks the tree without changing it, records the request's path in the policy (keys,
-  accesses, hit/total) and, where admission is allowed, asks the policy whether the new remainder may come in
-  at the cost of the victims that would make room. A declined remainder adds nothing new to the tree and
-  returns `prefix_len=len(key)`, so SGLang's callers free that KV like duplicates.
+- `insert` first walks the tree without changing it and records the request's path in the policy (keys,
+  accesses, hit/total). Then admission, the same code in the server and in the replay: the request's new
+  remainder already holds KV (the allocator gave it room, evicting in the policy's order if it had to). Under
+  *pressure*, when the pool's free tokens are fewer than the remainder (the next request like this one would
+  have to evict), the policy decides whether the remainder is worth the victims that would go next. A
+  declined remainder adds nothing to the tree and returns `prefix_len=len(key)`, so SGLang's callers free its
+  KV at once, like duplicates. Without pressure every remainder comes in, as in stock SGLang. A remainder
+  with a TTL comes in if it fits the retention budget.
 - `evict` (called by the allocator on shortfall) takes its victims from the policy instead of heapifying
   `evictable_leaves`, and removes them with RadixCache's own `_delete_leaf`, so `evictable_size_`,
   `protected_size_`, `evictable_leaves` and `lock_ref` keep their meaning.
@@ -20,9 +24,17 @@ Policy entries are the TreeNode objects themselves (identity-hashed); a node's p
 path up to its first page: `hash((parent_key, first child_key))`, so it is the same after an eviction and
 re-insert, and the front half of a split inherits it.
 
-Server safety: `cache_unfinished_req` inserts and then asserts a full re-match, so admission is off there
-(it is on only inside `cache_finished_req`, and always in `create_simulated`). After a decline inside
-`cache_finished_req`, the topology-only prompt re-insert is skipped, since its KV is being freed.
+The simulated tree (`create_simulated`, the replay) has no allocator: its insert first does what the
+server's allocator does for a request (evicts `tree + remainder - capacity` in the policy's order, the path
+protected, as a running request's locked prefix is), then the same admission, with free tokens counted as
+capacity - tree - remainder. So a replay of one request at a time is what a server does at concurrency 1.
+
+In the server a request is recorded and decided once, at its first insert: `cache_unfinished_req` after its
+prefill (if it goes on decoding), else `cache_finished_req`; the decision is kept on the request. A request
+declined while running keeps its KV to itself (the tree is not touched; `insert` raises before any change and
+`cache_unfinished_req` returns, as for SGLang's own `skip_radix_cache_insert`) and frees it when it finishes. A
+chunk of a chunked prefill is inserted without a decision (`cache_unfinished_req` re-matches it). After a
+decline inside `cache_finished_req`, the topology-only prompt re-insert is skipped, since its KV is being freed.
 
 Threading: like RadixCache, used only from the scheduler thread that owns it.
 """
@@ -46,6 +58,11 @@ from tiers.retention import Retention, RetainingPolicy
 logger = logging.getLogger(__name__)
 
 _ROOT_KEY = 0
+_DECISION = "_tier_admission"  # set on SGLang's Req once its remainder is decided: "admitted" or "declined"
+
+
+class _DeclinedWhileRunning(Exception):
+    """Raised by `insert` inside `cache_unfinished_req` when the policy declines, before anything changed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +112,9 @@ class TieredRadixCache(RadixCache):
         self._tier_clock = clock or MonotonicClock()
         self._retention_budget = retention_budget
         self._strict = strict  # raise on a policy that returns a non-evictable victim (tests); else fall back
-        self._admit_on_insert = False
-        self._in_finished = False
+        self._simulated = False  # create_simulated: no allocator; insert evicts for the request itself
+        self._deciding: Optional[str] = None  # "unfinished" / "finished": inside that cache_*_req, deciding
+        self._decided_req = False  # inside a cache_*_req whose request was recorded and decided before
         self._declined_in_finished = False
         self._n = _Counters()
         super().__init__(params)  # calls reset(), which builds the policy
@@ -126,7 +144,7 @@ class TieredRadixCache(RadixCache):
             retention_budget=retention_budget,
             strict=True,
         )
-        cache._admit_on_insert = True
+        cache._simulated = True
         return cache
 
     # ---- lifecycle ----
@@ -163,7 +181,7 @@ class TieredRadixCache(RadixCache):
             return InsertResult(prefix_len=len(params.key))
         key, _ = params.key.maybe_to_bigram_view(self.is_eagle)
         key = key.page_aligned(self.page_size)
-        counted = not params.chunked
+        counted = not params.chunked and not self._decided_req  # each request is recorded once
         self._n.inserts += 1
 
         path, matched, anchor = self._peek(key)
@@ -171,13 +189,15 @@ class TieredRadixCache(RadixCache):
         cand_key = self._child_tier_key(anchor, key.child_key_at(matched, self.page_size)) if remainder else None
         if counted:
             self._record_request(path, cand_key, matched, len(key))
-        victims = ()
-        if remainder and (self._admit_on_insert or (self._in_finished and counted)):
-            victims = self._admission_victims(path, anchor, cand_key, remainder, counted, ttl_s)
-            if victims is None:
+        if remainder and self._simulated:
+            on_path = set(path)  # the allocator's eviction for this request: its matched prefix is locked
+            self._evict_tokens(self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens,
+                               lambda n: n.lock_ref > 0 or n in on_path)
+        if remainder and (self._simulated or (self._deciding and counted)):
+            if not self._admits(path, anchor, cand_key, remainder, counted, ttl_s):
+                if self._deciding == "unfinished":
+                    raise _DeclinedWhileRunning
                 return InsertResult(prefix_len=len(key))
-        if victims:
-            self._evict_nodes(victims)
 
         result = super().insert(params)
         chain = self._note_inserted(result.last_device_node, counted, ttl_s)
@@ -186,6 +206,12 @@ class TieredRadixCache(RadixCache):
             on_chain = set(chain)
             self._evict_tokens(over, lambda n: n.lock_ref > 0 or n in on_chain)
         return result
+
+    def _free_tokens(self, remainder: int) -> int:
+        """Free pool tokens while the request still holds its remainder's KV."""
+        if self._simulated:
+            return self.capacity_tokens - self.evictable_size_ - self.protected_size_ - remainder
+        return int(self.token_to_kv_pool_allocator.available_size())
 
     def _charge(self, t0: int, calls: int) -> None:
         """Count `calls` policy calls and the time since `t0` (perf_counter_ns) as policy cost."""
@@ -203,39 +229,41 @@ class TieredRadixCache(RadixCache):
         policy.observe(matched, total)
         self._charge(t0, len(path) + (cand_key is not None) + 1)
 
-    def _admission_victims(self, path, anchor, cand_key, remainder: int, counted: bool, ttl_s):
-        """The victims that make room for the remainder (empty if it fits), or None when the policy declines it:
-        then the path still counts as used, the decline is counted, and nothing in the tree changes."""
-        need = self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens
-        if need <= 0:
-            return ()
+    def _admits(self, path, anchor, cand_key, remainder: int, counted: bool, ttl_s) -> bool:
+        """Whether the remainder stays in the tree. Under pressure the policy weighs it against the victims
+        that would make room for it next (a query: nothing is evicted here). A decline still counts the path
+        as used, and is counted."""
+        free = self._free_tokens(remainder)
+        if free < 0:  # simulated only: more than the pool can hold even after evicting all it could
+            return self._declined(path, remainder, counted)
+        need = remainder - free
+        if need <= 0 or (ttl_s is not None and remainder <= self.retention.budget):
+            return True
         t0 = time.perf_counter_ns()
         policy = self.policy
         candidate = Candidate(cand_key, remainder, self._entry(anchor), retained=ttl_s is not None)
         ok = policy.may_admit(candidate)  # a verdict that needs no victims spares the victim query
         calls = 1
-        victims = ()
         if ok:
             on_path = set(path)
             victims = policy.victims(need, lambda n: n.lock_ref > 0 or n in on_path)
-            calls += 1
-            ok = sum(len(v.key) for v in victims) >= need
-            if ok:
-                ok = policy.admit(candidate, victims)
-                calls += 1
-        if ok:
-            self._charge(t0, calls)
-            return victims
-        if counted:
-            for node in path:
-                policy.on_access(node)
-            calls += len(path)
+            ok = policy.admit(candidate, victims)
+            calls += 2
         self._charge(t0, calls)
+        return ok or self._declined(path, remainder, counted)
+
+    def _declined(self, path, remainder: int, counted: bool) -> bool:
+        """Count a declined remainder; its path still counts as used."""
+        if counted:
+            t1 = time.perf_counter_ns()
+            for node in path:
+                self.policy.on_access(node)
+            self._charge(t1, len(path))
         self._n.admissions_rejected += 1
         self._n.rejected_tokens += remainder
-        if self._in_finished:
+        if self._deciding == "finished":
             self._declined_in_finished = True
-        return None
+        return False
 
     def _note_inserted(self, leaf, counted: bool, ttl_s) -> list:
         """After SGLang's insert: report the new nodes to the policy, the old ones as used, retain the path for
@@ -263,12 +291,38 @@ class TieredRadixCache(RadixCache):
         self._charge(t0, calls)
         return chain
 
+    def cache_unfinished_req(self, req, chunked: bool = False, **kwargs):
+        """After a prefill: the request is recorded and its remainder decided here, once (a chunk of a chunked
+        prefill is inserted without a decision). A declined request keeps its KV to itself while it runs."""
+        decision = getattr(req, _DECISION, None)
+        if decision == "declined":
+            return None
+        if chunked or decision is not None:
+            self._decided_req = decision is not None
+            try:
+                return super().cache_unfinished_req(req, chunked=chunked, **kwargs)
+            finally:
+                self._decided_req = False
+        self._deciding = "unfinished"
+        try:
+            super().cache_unfinished_req(req, **kwargs)
+            setattr(req, _DECISION, "admitted")
+        except _DeclinedWhileRunning:  # raised before the tree or the request's KV changed
+            setattr(req, _DECISION, "declined")
+        finally:
+            self._deciding = None
+        return None
+
     def cache_finished_req(self, req, is_insert: bool = True, **kwargs):
-        self._in_finished = True
+        decision = getattr(req, _DECISION, None)
+        self._deciding = "finished" if decision is None else None
+        self._decided_req = decision is not None
+        self._declined_in_finished = decision == "declined"  # freed now, like a decline made here
         try:
             return super().cache_finished_req(req, is_insert, **kwargs)
         finally:
-            self._in_finished = False
+            self._deciding = None
+            self._decided_req = False
             self._declined_in_finished = False
 
     def evict(self, params: EvictParams) -> EvictResult:

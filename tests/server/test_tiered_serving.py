@@ -46,29 +46,40 @@ def metric(text: str, event: str, tier: str = "device") -> float:
     return 0.0
 
 
+VOCAB = 2048  # the embedded model's
+FLOOD_PROMPTS = 30
+
+
 def flood_scenario(server, seed: int):
-    """A session warms a 250-word system prompt over 3 turns with a 5m TTL, then 12 one-shot 280-word prompts
-    (about 3x the 1200-token device pool) flood the server; returns (warm prompt tokens, next turn's hit)."""
+    """A session warms a 250-word system prompt over 3 turns with a 5m TTL, then 30 one-shot 280-token prompts
+    (7x the 1200-token device pool) flood the server; returns (warm prompt tokens, next turn's hit)."""
     messages = [{"role": "system", "content": words(seed, 250)}]
     for turn in range(3):
         messages.append({"role": "user", "content": words(seed + 10 + turn, 20)})
         reply = chat(server, messages, TTL)
         messages.append({"role": "assistant", "content": reply["choices"][0]["message"]["content"]})
     warm_prompt = reply["usage"]["prompt_tokens"]
-    for i in range(12):
-        chat(server, [{"role": "user", "content": words(seed + 100 + i, 280)}])
+    rng = random.Random(seed)
+    for _ in range(FLOOD_PROMPTS):  # distinct from their first token on: nothing in them is ever reused
+        server.generate(input_ids=[rng.randrange(100, VOCAB) for _ in range(280)], max_new_tokens=2)
     messages.append({"role": "user", "content": words(seed + 99, 20)})
-    return warm_prompt, chat(server, messages, TTL)["usage"]["prompt_tokens_details"]["cached_tokens"]
+    details = chat(server, messages, TTL)["usage"]["prompt_tokens_details"] or {}  # None: nothing cached
+    return warm_prompt, details.get("cached_tokens", 0)
 
 
 def test_flood_retained_session_hits_on_tiered_and_misses_on_stock(tiered_small, stock_small):
     """Guards session TTL retention end to end: stock SGLang (LRU) loses the session's prefix to the flood."""
+    rejected = lambda: tiered_small.get("/tiers/stats")["tiers"]["device"]["admissions_rejected"]  # noqa: E731
+    rejected_before = rejected()
     warm, tiered_hit = flood_scenario(tiered_small, seed=1)
     stock_warm, stock_hit = flood_scenario(stock_small, seed=1)
-    print(f"flood scenario: tiered cached {tiered_hit}/{warm}, stock cached {stock_hit}/{stock_warm}")
+    print(f"flood scenario: tiered cached {tiered_hit}/{warm}, stock cached {stock_hit}/{stock_warm}, "
+          f"tiered declined {rejected() - rejected_before} one-shot suffixes")
     assert warm == stock_warm
     assert tiered_hit >= warm
     assert stock_hit < warm // 4
+    # the device admission acts while serving: under pool pressure, one-shot suffixes are declined
+    assert rejected() > rejected_before
 
 
 def test_two_tenants_never_share_cached_tokens(tiered_small):

@@ -113,7 +113,7 @@ def test_capacity_is_kept_and_locked_nodes_survive(name):
 
 def test_declined_insert_adds_nothing():
     """Guards: a declined remainder must not enter the tree, and prefix_len=len(key) lets SGLang free it."""
-    c = TieredRadixCache.create_simulated(policy="tinylfu", capacity_tokens=6, clock=ManualClock())
+    c = TieredRadixCache.create_simulated(policy="tinylfu", capacity_tokens=10, clock=ManualClock())
     hot = [1, 2, 3]
     for _ in range(6):
         hit(c, hot)
@@ -122,10 +122,11 @@ def test_declined_insert_adds_nothing():
     declined = None
     for i in range(30):
         toks = [100 + i, 7, 7, 7]
-        before = c.total_size()
+        before, evicted_before = c.total_size(), c.tier_stats().evicted_tokens
         r = ins(c, toks)
         if c.tier_stats().admissions_rejected:
-            declined = (toks, r, before)
+            # the request's own KV made room first (the server's allocator does so before the request runs)
+            declined = (toks, r, before - (c.tier_stats().evicted_tokens - evicted_before))
             break
         hit(c, hot)
         ins(c, hot)
@@ -149,7 +150,8 @@ def test_a_may_admit_decline_skips_the_victim_query_and_adds_nothing():
     queries = []
     real_victims = gate.victims
     gate.victims = lambda *a, **k: queries.append(1) or real_victims(*a, **k)
-    ins(c, [1, 2, 3, 4, 5, 6, 7, 8])  # fills the pool
+    for toks in ([1, 1], [2, 2], [3]):  # 5 of 8 tokens: the next 3-token remainder fits, leaving nothing free
+        ins(c, toks)
     gate.gate.threshold = 1.0  # no class reaches it: every remainder is declined before any victim query
     before = c.total_size()
     r = ins(c, [9, 9, 9])
@@ -167,7 +169,8 @@ def test_a_session_ttl_request_passes_the_learned_bar(name):
     """Guards: a gate that declines what a client asked to retain (cache_control TTL): the session's next
     turn would then find nothing, whatever its class's estimate says."""
     c = TieredRadixCache.create_simulated(policy=name, capacity_tokens=8, clock=ManualClock())
-    ins(c, [1, 2, 3, 4, 5, 6, 7, 8])
+    for toks in ([1, 1], [2, 2], [3, 3], [4, 4]):
+        ins(c, toks)
     c.policy.inner.gate.threshold = 1.0  # no class reaches it
     ins(c, [9, 9, 9])
     assert c.tier_stats().admissions_rejected == 1 and hit(c, [9, 9, 9]) == 0
