@@ -46,7 +46,7 @@ CACHE_HOOKS = (
     _hook(_RC, "RadixCache.cache_unfinished_req", "self, req, chunked", "overridden"),
     _hook(_RC, "RadixKey.child_key_at", "self, offset, page_size", "called: the walk without changes"),
     _hook(_RC, "RadixKey.match_at", "self, other, offset, page_size", "called: the walk without changes"),
-    _hook(_HR, "HiRadixCache._split_node", "self, key, child, split_len", "overridden: sketch keys"),
+    _hook(_HR, "HiRadixCache._split_node", "self, key, child, split_len", "overridden: split notifications"),
     _hook(_HR, "HiRadixCache._inc_hit_count", "self, node, chunked", "overridden: host admission"),
     _hook(_HR, "HiRadixCache._evict_backuped", "self, node", "overridden: demotions counted"),
     _hook(_HR, "HiRadixCache._evict_regular", "self, node", "overridden: drops counted"),

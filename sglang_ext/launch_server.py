@@ -215,8 +215,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         register()  # `--radix-cache-backend` accepts only registered names
         tier_config, argv = split_tier_args(argv)
         argv, added = apply_defaults(apply_peer_tier(argv, tier_config), cuda)
-        if has_flag(argv, "--enable-hierarchical-cache"):
-            tier_config.check_host_tier()
         check_host_memory(argv)
         os.environ["SGLANG_EXT_TIER_CONFIG"] = tier_config.to_env()
         from sglang.srt.server_args import prepare_server_args

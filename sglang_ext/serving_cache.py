@@ -53,7 +53,7 @@ class PrometheusCounters:
 
     EVENTS = ("inserts", "admissions_rejected", "rejected_tokens", "evictions", "evicted_tokens",
               "retained_evictions", "hit_requests", "hit_tokens", "retains", "ttl_refreshes", "ttl_expiries",
-              "admitted", "rejected", "demotions", "dropped", "sketch_resets", "refused_ttl_params"
+              "admitted", "rejected", "demotions", "dropped", "refused_ttl_params"
               ) + SIGNAL_COUNTS + PEER_COUNTS
 
     def __init__(self):

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
-# With the host tier on, --tier-policy picks HiRadixCache's eviction order (see tiered_hicache): these names only.
-HOST_TIER_POLICIES = ("tinylfu", "lru", "lfu", "slru")
 
 
 def parse_peers(spec) -> List[Tuple[str, int]]:
@@ -41,6 +39,26 @@ class TierConfigError(ValueError):
     """A `--tier-*` value is invalid; the message names the flag."""
 
 
+def check_policy_name(name: str) -> None:
+    """A registered policy, or `package.module:Class` naming an importable `tiers.policy.Policy` subclass: checked
+    here, at launch, so that a typo fails naming the flag instead of in the scheduler's constructor."""
+    import importlib
+
+    from tiers.policy import Policy, policy_names
+
+    if ":" not in name:
+        if name not in policy_names():
+            raise TierConfigError(f"--tier-policy: unknown policy {name!r}; choose one of {policy_names()}")
+        return
+    module, _, cls_name = name.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), cls_name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise TierConfigError(f"--tier-policy: cannot load {name!r}: {e}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Policy)):
+        raise TierConfigError(f"--tier-policy: {name!r} is not a tiers.policy.Policy subclass")
+
+
 @dataclass(frozen=True)
 class TierConfig:
     policy: str = "tinylfu"
@@ -50,10 +68,7 @@ class TierConfig:
     stats_tenants: bool = False  # per-tenant occupancy in /tiers/stats: only when the operator asks
 
     def validate(self) -> "TierConfig":
-        from tiers.policy import policy_names
-
-        if self.policy not in policy_names() and ":" not in self.policy:
-            raise TierConfigError(f"--tier-policy: unknown policy {self.policy!r}; choose one of {policy_names()}")
+        check_policy_name(self.policy)
         if self.session_ttl_s is not None:
             from tiers.retention import validate_ttl_s
 
@@ -69,13 +84,6 @@ class TierConfig:
         if not 0 < self.retention_budget <= 1:
             raise TierConfigError(f"--tier-retention-budget: must be a fraction in (0, 1], got {self.retention_budget}")
         return self
-
-    def check_host_tier(self) -> None:
-        """The host tier (HiCache) is on: the policy must be one HiRadixCache can order by."""
-        if self.policy not in HOST_TIER_POLICIES:
-            raise TierConfigError(f"--tier-policy: {self.policy!r} does not apply with the host tier on "
-                                  f"(--enable-hierarchical-cache or --tier-peers); choose one of "
-                                  f"{', '.join(HOST_TIER_POLICIES)}")
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

@@ -1,59 +1,63 @@
-"""TieredHiRadixCache: SGLang's HiRadixCache (device + host tiers) with the project's admission and retention.
+"""TieredHiRadixCache: SGLang's HiRadixCache (device + host tiers) driven by the `tiers` policy on both tiers.
 
 Design note
 -----------
 With the host tier on, SGLang's HiRadixCache owns the two-level tree, the host pool and the asynchronous
-device<->host copies; this subclass changes only the decisions, at SGLang's own override points:
+device<->host copies; this subclass makes the decisions with the policy `--tier-policy` names (any `tiers`
+policy; `lru`/`lfu`/`slru` are the registry's equivalents of SGLang's strategies), one instance per tier, each
+seeing only the nodes resident on its tier through a TierView (tier_views.py):
 
-- Host admission (`_inc_hit_count`): stock write-through backs up every node on its first insert, and
-  `write_through_selective` on its second. Here a node goes to host memory if it is retained or its request
-  carries a TTL (so that a device eviction can demote it instead of dropping it), or if the host pool has room,
-  or, when the pool is full, if its TinyLFU frequency (tiers.sketch, counted on every insert walk) beats that
-  of the coldest of a small sample of evictable host leaves (Caffeine's admission, with its anti-flooding
-  jitter; the sketch is seeded at random). Rejections are counted. A node's sketch key hashes its path; after
-  a split the front part keeps it and the back part gets its own.
-- Eviction order (device and host): `--tier-policy` picks it. `tinylfu` evicts the leaf with the lowest
-  frequency in the same aged sketch first (TinyLFU's eviction side), the least recently used among equals;
-  `lru` / `lfu` / `slru` are SGLang's own orders of those names. HiRadixCache still walks the tree (leaves
-  only, a parent once its children are gone, locked nodes skipped); only the order is ours. The class-based
-  tree policies of `tiers/policies` need insert/remove notifications that HiRadixCache's many device<->host
-  paths do not give in one place, so they drive the device-only cache (tiered_cache), not this one.
+- Device eviction (`_evict_write_through`): the device policy's victims, in its order, leaves only, locked
+  nodes protected; a backed-up victim is demoted (its host copy stays), any other is dropped. The device
+  view hears of every node that gains device KV: insert's new node, an insert that revives an evicted node
+  (both found by walking the inserted key afterwards), `load_back`, and the front part of a split.
+- Host admission (`_inc_hit_count`, where stock write-through backs up on the first or second insert): a
+  node goes to host memory if it is retained or its request carries a TTL (so that a device eviction can
+  demote it instead of dropping it), or if the host pool has room, or, when it is full, if the host
+  policy's `may_admit` and then `admit` against the host victims that would make room say so. Refusals
+  are counted. The host view hears of every backup (`write_backup`), of host-only nodes a storage prefetch
+  adds, and of splits.
+- Host eviction (`evict_host`): the host policy's victims (host leaves whose device copy is gone, unlocked
+  and not pinned by a copy in flight), in its order.
+- Requests: each request is recorded once on both policies (its path's keys, its remainder's, its hit), at
+  its first non-chunked insert; an insert's path nodes already on the device count as used.
+- Drift: if a policy's victims are not evictable leaves of its tier, or fall short while unprotected
+  evictable leaves remain, its view has drifted from the tree; the rest of that round goes in SGLang's own
+  order (least recently used, retained last) and is logged; strict mode (tests) raises instead.
 - Retention (tiers.retention): a request's TTL (from `cache_control` or the session default, carried as in
-  serving_cache) retains the nodes of its prompt, each once per insert; a hit refreshes them. Every order is
-  wrapped so that retained nodes go last, and a retained node leaving the device is always demoted (it was backed up at
+  serving_cache) retains the nodes of its prompt, each once per insert; a hit refreshes them. Both policies
+  give retained nodes last; a retained node leaving the device is always demoted (it was backed up at
   admission), never dropped while it is retained.
 - Counters per tier for `/tiers/stats` and Prometheus: hits (device / host / storage, from SGLang's own split
   of each request's cached prefix), host admissions and rejections, device evictions (demoted or dropped),
-  host evictions, retention and sketch events.
+  host evictions, retention events, policy calls and their time.
+
+A node's policy key (`tier_key`) hashes its path: `hash((parent key, first child key))`, the same after an
+eviction and re-insert; after a split the front part keeps it and the back part gets its own.
+`--hicache-write-policy write_back` is refused: its eviction backs up leaves whose parents are not on the
+host, so host residency would not be closed upward. (`write_through_selective` behaves as `write_through`
+here: admission is the policy's, not a hit count.)
 
 Threading: the scheduler thread only, like HiRadixCache's tree (the copies run on the controller's threads).
 """
 
 from __future__ import annotations
 
-import itertools
-from typing import Optional
+import heapq
+from typing import Any, Dict, Optional
 
+from sglang.srt.disaggregation.kv_events import StorageMedium
 from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
 from sglang.srt.mem_cache.utils import get_eviction_strategy
 
 from sglang_ext.serving_cache import ServedRequests, tenant_label
-from sglang_ext.tier_config import TierConfig
+from sglang_ext.tier_views import TierView
 from tiers.clock import MonotonicClock
+from tiers.policy import Candidate, create_policy
 from tiers.retention import Retention
-from tiers.sketch import FrequencySketch
 
-HOST_VICTIM_SAMPLE = 16
-
-
-class TinyLFUOrder:
-    """An SGLang eviction strategy: least frequent first by the aged sketch, least recently used among equals."""
-
-    def __init__(self, sketch: FrequencySketch, key_of):
-        self.sketch, self.key_of = sketch, key_of
-
-    def get_priority(self, node):
-        return (self.sketch.estimate(self.key_of(node)), node.last_access_time)
+_ROOT_KEY = 0
+_RECORDED = "_tier_recorded"  # set on SGLang's Req once both policies have recorded it
 
 
 class RetainedLast:
@@ -67,108 +71,296 @@ class RetainedLast:
 
 
 class TieredHiRadixCache(ServedRequests, HiRadixCache):
-    def __init__(self, params, server_args, *, policy: str = "tinylfu", retention_budget: float = 0.5,
-                 enable_metrics: bool = False, stats_tenants: bool = False, clock=None,
-                 sketch_seed: Optional[int] = None):
-        TierConfig(policy=policy).check_host_tier()
-        self._policy_name = policy
+    def __init__(self, params, server_args, *, policy: str = "tinylfu", policy_config: Optional[Dict[str, Any]] = None,
+                 retention_budget: float = 0.5, enable_metrics: bool = False, stats_tenants: bool = False,
+                 clock=None, strict: bool = False):
+        self._policy_name, self._policy_config = policy, dict(policy_config or {})
+        self._strict = strict  # raise when a policy's view drifts from the tree (tests); else log and fall back
         self._n = dict(host_admitted=0, host_rejected=0, demotions=0, dropped=0, device_evicted_tokens=0,
-                       host_evicted_tokens=0)
+                       host_evicted_tokens=0, fallback_rounds=0)
+        self._req_recorded = False  # inside cache_*_req of a request both policies have recorded already
+        self._backed_up_now: Optional[set] = None  # inside insert: the nodes it backed up (new on the host)
         super().__init__(params, server_args)
+        if self.cache_controller.write_policy == "write_back":
+            raise ValueError("--hicache-write-policy write_back does not work with the tiered cache (its eviction "
+                             "backs up leaves whose parents are not on the host); use write_through or "
+                             "write_through_selective")
         self._init_served(enable_metrics, stats_tenants, signal_tiers=("device", "host"))
-        self._clock, self._retention_budget, self._sketch_seed = clock or MonotonicClock(), retention_budget, sketch_seed
+        self._clock, self._retention_budget = clock or MonotonicClock(), retention_budget
         self._fresh_policy_state()
 
     def _fresh_policy_state(self) -> None:
-        """Retention, sketch and eviction order for an empty tree (at start and after a flush)."""
+        """Retention and both tiers' policies for an empty tree (at start and after a flush)."""
         device_tokens = max(1, int(self.token_to_kv_pool_allocator.size))
         host_tokens = max(1, int(self.cache_controller.mem_pool_host.size))
         # Retained prefixes end up in host memory (demoted, not dropped): the budget is a fraction of the host tier.
         self.retention = Retention(max(device_tokens, host_tokens), self._clock, self._retention_budget)
-        # A random seed (tests inject one): a client that cannot know it cannot pick keys whose counters collide.
-        self.sketch = FrequencySketch(max(64, host_tokens // 16), seed=self._sketch_seed)
-        order = (TinyLFUOrder(self.sketch, self._sketch_key) if self._policy_name == "tinylfu"
-                 else get_eviction_strategy(self._policy_name))
-        self.eviction_strategy = RetainedLast(order, self.retention)
+        self.root_node.tier_key = _ROOT_KEY
+        self.device_view = self._view("device", device_tokens)
+        self.host_view = self._view("host", host_tokens)
+        # SGLang's own order, for a round whose policy drifted
+        self.eviction_strategy = RetainedLast(get_eviction_strategy("lru"), self.retention)
+
+    def _view(self, tier: str, capacity: int) -> TierView:
+        policy = create_policy(self._policy_name, capacity, clock=self._clock, **self._policy_config)
+        return TierView(tier, policy, self.retention, self.root_node, self._strict)
 
     def reset(self):
-        """SGLang's flush (`/flush_cache`) empties both pools; the retention and sketch of the old tree go too, or
-        retained tokens that no longer exist would hold the budget. Counters stay monotonic."""
+        """SGLang's flush (`/flush_cache`) empties both pools; the retention and policies of the old tree go too,
+        or retained tokens that no longer exist would hold the budget. Counters stay monotonic."""
         super().reset()
         if hasattr(self, "retention"):  # HiRadixCache's constructor resets before ours has run
             self._fresh_policy_state()
 
-    # ---- admission to the host tier ----
-    def _sketch_key(self, node) -> int:
-        key = getattr(node, "sketch_key", None)
+    # ---- keys and splits ----
+    def _tier_key(self, node) -> int:
+        key = getattr(node, "tier_key", None)
         if key is None:
-            parent = node.parent
-            parent_key = 0 if parent is None or parent is self.root_node else self._sketch_key(parent)
-            key = node.sketch_key = hash((parent_key, node.key.child_key(self.page_size)))
+            key = node.tier_key = hash((self._tier_key(node.parent), node.key.child_key(self.page_size)))
         return key
 
     def _split_node(self, key, child, split_len):
-        front_key = getattr(child, "sketch_key", None)
+        front_key = self._tier_key(child)
         new_node = super()._split_node(key, child, split_len)
-        # The front keeps the path's identity and counts; the back is keyed afresh under its new parent (it
-        # would otherwise share the front's counters).
-        if front_key is not None:
-            new_node.sketch_key = front_key
-            child.sketch_key = None
+        # The front keeps the path's identity; the back is keyed afresh under its new parent.
+        new_node.tier_key = front_key
+        child.tier_key = hash((front_key, child.key.child_key(self.page_size)))
+        if hasattr(self, "device_view"):
+            self.device_view.split(new_node, child)
+            self.host_view.split(new_node, child)
         self.retention.resize(child, len(child.key))
         return new_node
 
+    # ---- requests: recording and insert ----
+    def _peek(self, key):
+        """(nodes the key passes through, on any tier; matched length): changes nothing."""
+        node, matched, path, page = self.root_node, 0, [], self.page_size
+        while matched < len(key):
+            child = node.children.get(key.child_key_at(matched, page))
+            if child is None:
+                break
+            m = child.key.match_at(key, matched, page_size=page)
+            path.append(child)
+            matched += m
+            node = child
+            if m < len(child.key):
+                break
+        return path, matched, node
+
+    def _walk(self, key):
+        """The nodes along `key` after an insert made its whole path (stops early on a partial match)."""
+        node, matched, page = self.root_node, 0, self.page_size
+        while matched < len(key):
+            child = node.children.get(key.child_key_at(matched, page))
+            if child is None or child.key.match_at(key, matched, page_size=page) < len(child.key):
+                return
+            yield child
+            matched += len(child.key)
+            node = child
+
+    def _record_request(self, key) -> None:
+        """Both policies learn what a request asked for: its path's keys, its remainder's, and its hit there."""
+        path, matched, anchor = self._peek(key)
+        keys = [self._tier_key(n) for n in path]
+        if matched < len(key):
+            keys.append(hash((self._tier_key(anchor), key.child_key_at(matched, self.page_size))))
+        on_device = sum(len(n.key) for n in path if not n.evicted)
+        on_host = sum(len(n.key) for n in path if n.backuped)
+        self.device_view.record(keys, min(on_device, matched), len(key))
+        self.host_view.record(keys, min(on_host, matched), len(key))
+
+    def insert(self, params):
+        key, _ = params.key.maybe_to_bigram_view(self.is_eagle)
+        key = key.page_aligned(self.page_size)
+        counted = not params.chunked and not self._req_recorded
+        if counted and len(key):
+            self._record_request(key)
+        self._backed_up_now = set()
+        try:
+            result = super().insert(params)
+        finally:
+            backed_up_now, self._backed_up_now = self._backed_up_now, None
+        for node in self._walk(key):  # new and revived nodes hold device KV now; the others were used
+            if node.evicted:
+                break
+            if node not in self.device_view:
+                self.device_view.add(node, self._tier_key(node))
+            elif counted:
+                self.device_view.access(node)
+            if counted and node not in backed_up_now:
+                self.host_view.access(node)  # a no-op unless it was on the host before this insert
+        if self._request_ttl_s is not None:
+            self._retain_path(key, self._request_ttl_s, skip_retained=params.chunked)
+        return result
+
+    def cache_unfinished_req(self, req, chunked=False, **kwargs):
+        return self._once_per_request(super().cache_unfinished_req, req, chunked, chunked=chunked, **kwargs)
+
+    def cache_finished_req(self, req, *args, **kwargs):
+        return self._once_per_request(super().cache_finished_req, req, False, *args, **kwargs)
+
+    def _once_per_request(self, method, req, is_chunk: bool, *args, **kwargs):
+        """A request inserts its prompt after prefill and again when it finishes: only its first non-chunk
+        insert is recorded, or the policies would count the request as its own reuse."""
+        self._req_recorded = getattr(req, _RECORDED, False)
+        try:
+            return method(req, *args, **kwargs)
+        finally:
+            if not is_chunk:
+                setattr(req, _RECORDED, True)
+            self._req_recorded = False
+
+    def load_back(self, node, mem_quota=None):
+        result = super().load_back(node, mem_quota)
+        if result is not None:  # the loaded chain holds device KV again: tell the device policy, parents first
+            chain = []
+            while node is not self.root_node and node not in self.device_view:
+                chain.append(node)
+                node = node.parent
+            for n in reversed(chain):
+                self.device_view.add(n, self._tier_key(n))
+        return result
+
+    def _insert_helper_host(self, node, key, host_value, hash_value):
+        matched = super()._insert_helper_host(node, key, host_value, hash_value)
+        start, page = node, self.page_size
+        while len(key) and start is not None:  # a storage prefetch's host-only nodes, parents first
+            child = start.children.get(key.child_key(page))
+            if child is None:
+                break
+            if child.backuped:
+                self.host_view.add(child, self._tier_key(child))
+            key, start = key[len(child.key):], child
+        return matched
+
+    # ---- admission to the host tier ----
     def _inc_hit_count(self, node, chunked=False):
-        if self.cache_controller.write_policy == "write_back" or chunked:
+        if chunked:  # a chunk's own re-insert is no new use (as in SGLang)
             return
         node.hit_count += 1
-        key = self._sketch_key(node)
-        self.sketch.increment(key)
-        if node.backuped or not self._admit_to_host(node, key):
+        if node.backuped or (node.parent is not self.root_node and not node.parent.backuped):
+            return  # backed up already, or write_backup would refuse it (its parent is not on the host)
+        if not self._admit_to_host(node):
+            self._n["host_rejected"] += 1
             return
         if self.write_backup(node):
             self._n["host_admitted"] += 1
 
-    def _admit_to_host(self, node, key) -> bool:
+    def _admit_to_host(self, node) -> bool:
         # A request with a TTL is about to retain its path (after this insert): back it up now, so that a
         # device eviction demotes it rather than drops it.
         if self._request_ttl_s is not None or self.retention.is_retained(node):
             return True
-        if self.cache_controller.mem_pool_host.available_size() >= len(node.value):
+        size = len(node.value)
+        need = size - self.cache_controller.mem_pool_host.available_size()
+        if need <= 0:
             return True
-        sample = [leaf for leaf in itertools.islice(self.evictable_host_leaves, HOST_VICTIM_SAMPLE)
-                  if leaf.evicted and leaf.host_ref_counter == 0]
-        if not sample:
-            self._n["host_rejected"] += 1
-            return False
-        victim = min(sample, key=self.eviction_strategy.get_priority)
-        if self.sketch.admit_with_jitter(self.sketch.estimate(key), self.sketch.estimate(self._sketch_key(victim))):
-            return True
-        self._n["host_rejected"] += 1
-        return False
+        parent = node.parent if node.parent in self.host_view else None
+        candidate = Candidate(self._tier_key(node), size, parent)
+        return self.host_view.admits(candidate, lambda: self._host_room(need))
 
-    # ---- retention ----
-    def insert(self, params):
-        result = super().insert(params)
-        if self._request_ttl_s is not None:
-            self._retain_path(params.key, self._request_ttl_s, skip_retained=params.chunked)
+    def _host_room(self, need: int) -> list:
+        """The host victims that would free `need` tokens, in the host policy's order; [] if they cannot."""
+        victims = self.host_view.victims(need, self._host_protected)
+        return victims if sum(len(v.key) for v in victims) >= need else []
+
+    def write_backup(self, node, write_back=False):
+        n = super().write_backup(node, write_back)
+        if n:
+            self.host_view.add(node, self._tier_key(node))
+            if self._backed_up_now is not None:
+                self._backed_up_now.add(node)
+        return n
+
+    # ---- device eviction ----
+    def evict(self, params):
+        result = super().evict(params)
+        self._n["device_evicted_tokens"] += result.num_tokens_evicted
         return result
 
+    def _evict_write_through(self, num_tokens: int) -> int:
+        evicted = 0
+        for x in self.device_view.victims(num_tokens, lambda n: n.lock_ref > 0):
+            if x not in self.evictable_leaves:
+                self.device_view.drift(f"victim node {x.id} is not an evictable device leaf")
+                break
+            evicted += self._evict_backuped(x) if x.backuped else self._evict_regular(x)
+        if evicted < num_tokens and self.evictable_leaves:
+            self.device_view.drift(f"{num_tokens - evicted} tokens unfreed with {len(self.evictable_leaves)} "
+                              "evictable device leaves left; SGLang's order frees the rest")
+            self._n["fallback_rounds"] += 1
+            evicted += super()._evict_write_through(num_tokens - evicted)
+        return evicted
+
+    def _detach_backuped(self, node):
+        self._n["demotions"] += 1
+        self.device_view.remove(node, keep_retention=True)  # its host copy stays, and so does its retention
+        return super()._detach_backuped(node)
+
+    def _evict_regular(self, node):
+        self._n["dropped"] += 1
+        self.device_view.remove(node)
+        return super()._evict_regular(node)
+
+    # ---- host eviction ----
+    def _host_protected(self, node) -> bool:
+        """Not evictable from host memory: still on the device, locked, or pinned by a copy in flight."""
+        return not node.evicted or node.lock_ref > 0 or node.host_ref_counter > 0
+
+    def evict_host(self, num_tokens: int):
+        host = self.cache_controller.mem_pool_host
+        before = host.available_size()
+        evicted = 0
+        for x in self.host_view.victims(num_tokens, self._host_protected):
+            if x not in self.evictable_host_leaves or x.host_ref_counter > 0:
+                self.host_view.drift(f"victim node {x.id} is not an evictable host leaf")
+                break
+            evicted += self._evict_host_leaf(x)
+        if evicted < num_tokens and any(n.host_ref_counter == 0 for n in self.evictable_host_leaves):
+            self.host_view.drift(f"{num_tokens - evicted} tokens unfreed with evictable host leaves left; "
+                            "SGLang's order frees the rest")
+            self._n["fallback_rounds"] += 1
+            self._evict_host_in_tree_order(num_tokens - evicted)
+        self._n["host_evicted_tokens"] += max(0, host.available_size() - before)
+
+    def _evict_host_leaf(self, x) -> int:
+        """Free one evictable host leaf (its device copy is gone) and drop it from the tree: what SGLang's
+        evict_host does per node."""
+        self.kv_events.record_remove(x, medium=StorageMedium.CPU)
+        freed = self.cache_controller.evict_host(x.host_value)
+        v = x.parent.children.pop(x.key.child_key(self.page_size), None)
+        assert v is x, f"parent does not have node {x.id}"
+        self.evictable_host_leaves.discard(x)
+        self._update_host_leaf_status(x.parent)
+        self.host_view.remove(x)
+        return freed
+
+    def _evict_host_in_tree_order(self, num_tokens: int) -> int:
+        """The fallback: SGLang's own host order (least recently used, retained last), parents once bare."""
+        prio = self.eviction_strategy.get_priority
+        heap = [(prio(n), n.id, n) for n in self.evictable_host_leaves if n.host_ref_counter == 0]
+        heapq.heapify(heap)
+        evicted = 0
+        while evicted < num_tokens and heap:
+            x = heapq.heappop(heap)[2]
+            if x not in self.evictable_host_leaves or x.host_ref_counter > 0:
+                continue
+            parent = x.parent
+            evicted += self._evict_host_leaf(x)
+            if parent in self.evictable_host_leaves and parent.host_ref_counter == 0:
+                heapq.heappush(heap, (prio(parent), parent.id, parent))
+        return evicted
+
+    # ---- retention ----
     def _retain_path(self, key, ttl_s: float, skip_retained: bool = False) -> None:
         """Retain, once each, the device nodes `key` passes through: a walk that changes nothing else (no hit
         refresh, no split, no access time). `skip_retained`: a topology-only or chunk re-insert, whose earlier
         nodes this request retained moments ago; only nodes new since then are retained."""
-        key, _ = key.maybe_to_bigram_view(self.is_eagle)
-        key = key.page_aligned(self.page_size)
-        node, matched, page = self.root_node, 0, self.page_size
-        while matched < len(key):
-            child = node.children.get(key.child_key_at(matched, page))
-            if child is None or child.evicted or child.key.match_at(key, matched, page_size=page) < len(child.key):
+        for child in self._walk(key):
+            if child.evicted:
                 break
             if not (skip_retained and self.retention.is_retained(child)):
                 self.retention.retain(child, len(child.key), ttl_s)
-            matched += len(child.key)
-            node = child
 
     def match_prefix(self, params):
         result = super().match_prefix(params)
@@ -178,41 +370,28 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             node = node.parent
         return result
 
-    # ---- eviction counts (the order is the strategy's) ----
-    def evict(self, params):
-        result = super().evict(params)
-        self._n["device_evicted_tokens"] += result.num_tokens_evicted
-        return result
-
-    def _evict_backuped(self, node):
-        self._n["demotions"] += 1
-        return super()._evict_backuped(node)
-
-    def _evict_regular(self, node):
-        self._n["dropped"] += 1
-        return super()._evict_regular(node)
-
-    def evict_host(self, num_tokens: int):
-        host = self.cache_controller.mem_pool_host
-        before = host.available_size()
-        result = super().evict_host(num_tokens)
-        self._n["host_evicted_tokens"] += max(0, host.available_size() - before)
-        return result
-
     # ---- observability ----
+    def policy_label(self) -> str:
+        """What decides on each tier, as /tiers/stats reports it."""
+        name = self._policy_name
+        return f"{name} (device: {name}, host admission and eviction: {name})"
+
     def counters(self) -> dict:
         r = self.retention
         return {**self._n, **self._served, "retains": r.retains, "ttl_refreshes": r.refreshes,
-                "ttl_expiries": r.expiries, "retained_tokens": r.retained_size, "sketch_resets": self.sketch.resets}
+                "ttl_expiries": r.expiries, "retained_tokens": r.retained_size,
+                "policy_calls": self.device_view.calls + self.host_view.calls, "policy_ns": self.device_view.ns + self.host_view.ns}
 
     def tier_counters(self) -> dict:
         n, r, hits = self._n, self.retention, self._tier_hits
         return {
             "device": {**hits["device"], "evictions": n["demotions"] + n["dropped"], "demotions": n["demotions"],
                        "dropped": n["dropped"], "evicted_tokens": n["device_evicted_tokens"],
-                       "retains": r.retains, "ttl_refreshes": r.refreshes, "ttl_expiries": r.expiries},
+                       "retains": r.retains, "ttl_refreshes": r.refreshes, "ttl_expiries": r.expiries,
+                       "policy_calls": self.device_view.calls, "policy_ns": self.device_view.ns},
             "host": {**hits["host"], "admitted": n["host_admitted"], "rejected": n["host_rejected"],
-                     "evicted_tokens": n["host_evicted_tokens"], "sketch_resets": self.sketch.resets},
+                     "evicted_tokens": n["host_evicted_tokens"], "policy_calls": self.host_view.calls,
+                     "policy_ns": self.host_view.ns},
             "storage": dict(hits["storage"]),
         }
 
@@ -239,7 +418,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         }
         per_tier = self.tier_counters()
         out = {
-            "policy": f"{self._policy_name} (host admission: tinylfu)",
+            "policy": self.policy_label(),
             "tiers": {tier: {**occupancy[tier], **per_tier[tier]} for tier in per_tier},
             "counters": self.counters(),
         }

@@ -93,8 +93,8 @@ def test_two_tenants_never_share_cached_tokens(tiered_small):
 
 
 def test_tenants_never_share_in_the_host_tier(hicache_server):
-    # Other modules flood this shared server. Start from empty pools: a full host tier admits a once-seen prompt
-    # only if its sketch count beats the coldest host leaf's (TinyLFU admission, tested on its own).
+    # Other modules flood this shared server. Start from empty pools: a full host tier admits a prompt only if the
+    # host policy says so (tested on its own in tests/sglang_ext/test_host_tier_cache.py).
     assert "Cache flushed" in hicache_server.get("/flush_cache")
     prompt = words(21, 250)
     hicache_server.generate(prompt, cache_salt="host-a", return_cached_tokens_details=True)
@@ -195,3 +195,6 @@ def test_flood_retained_session_survives_with_the_host_tier(hicache_server):
     assert a["host"]["admitted"] > b["host"]["admitted"]
     assert a["host"]["rejected"] + a["host"]["evicted_tokens"] > b["host"]["rejected"] + b["host"]["evicted_tokens"]
     assert sum(a[t]["hit_tokens"] - b[t]["hit_tokens"] for t in ("device", "host")) >= hit
+    # one policy, named for what runs on each tier, decided on both
+    assert after["policy"] == "tinylfu (device: tinylfu, host admission and eviction: tinylfu)"
+    assert all(a[t]["policy_calls"] > b[t]["policy_calls"] for t in ("device", "host"))

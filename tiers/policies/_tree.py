@@ -23,7 +23,7 @@ class _Node:
         self.parent = parent  # entry handle or None
         self.children = 0
         self.tick = 0  # logical time of last access: ranks recency without a wall clock
-        self.count = 0  # per-entry use count (LFU/SLRU); frequency policies use the sketch instead
+        self.count = 0  # per-entry use count (LFU/SLRU)
         self.region = 0
         self.depth = 1  # nodes from the root down to this one, as of its insertion
 
