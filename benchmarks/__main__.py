@@ -25,6 +25,8 @@ def _add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy-config", type=_json_object, default=None, help="JSON kwargs for the policy")
     p.add_argument("--profile", default=None, help="cost profile (benchmarks/profiles/NAME.yaml or a path)")
     p.add_argument("--limit", type=_positive_int, default=None, help="replay only the first N rows")
+    p.add_argument("--radix-tokens-per-block", type=_positive_int, default=1,
+                   help="radix tokens standing for one trace block in the device tree (default 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                                            "recurring-prefix hit rate, stock beside tiered")
     add_thrash_arguments(thrash)
     thrash.set_defaults(_parser=thrash)
+    from benchmarks.live_replay import add_arguments as add_live_replay_arguments
+
+    live_replay = sub.add_parser("live-replay", help="a trace's rows against real servers; live vs offline hit rate")
+    add_live_replay_arguments(live_replay)
+    live_replay.set_defaults(_parser=live_replay)
     return parser
 
 
@@ -108,6 +115,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             from benchmarks.thrash import main as thrash_main
 
             return thrash_main(args)
+        if args.command == "live-replay":
+            from benchmarks.live_replay import main as live_replay_main
+
+            return live_replay_main(args)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -129,6 +140,7 @@ def replay_config_from_args(args, policy: str, capacity: int):
         profile=load_profile(args.profile) if args.profile else None,
         policy_config=args.policy_config,
         progress=True if getattr(args, "progress", False) else None,  # None: on a terminal, unless --json
+        radix_tokens_per_block=getattr(args, "radix_tokens_per_block", 1),
     )
 
 

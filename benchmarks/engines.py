@@ -8,13 +8,17 @@ Design note
   tree's `hit_count` (what lfu/slru rank by) is only bumped by insert traversals; skipping it changes LFU results.
 - `tiered:<policy>` drives `sglang_ext.tiered_cache.TieredRadixCache`, which applies admission and eviction
   inside `insert` and keeps itself within capacity.
-- One radix token stands for one block, so capacity here is counted in blocks.
+- Each trace block becomes R radix tokens (`radix_tokens_per_block`, default 1): block b is the tokens
+  b*R .. b*R+R-1, distinct across blocks, so the tree has the same shape for every R (prefixes still part
+  only at block boundaries) while its entries hold R times the units, as in a server where one radix token
+  is one prompt token. The tree's capacity is capacity_blocks * R tokens; hits are matched tokens // R, and
+  freed token ids map back to block ids (deduplicated, in order), so the caller sees blocks whatever R is.
 - RadixCache stamps nodes with `time.monotonic()`. Real time makes equal stamps (and so heap order, which then
   falls back to set iteration order, i.e. memory addresses) vary between runs; `logical_radix_time()` swaps the
   module's `time` for a counter while a replay runs, so every run of a trace gives identical numbers. Order is
   what the strategies compare, and a counter preserves the order of real calls.
-- Evicted blocks are observed through the allocator: the replay inserts each block's radix token id as its KV
-  "index", so the values a cache frees are exactly the ids of the blocks it dropped.
+- Evicted blocks are observed through the allocator: the replay inserts each radix token id as its KV
+  "index", so the values a cache frees are exactly the ids of the tokens (and so the blocks) it dropped.
 """
 
 from __future__ import annotations
@@ -80,6 +84,29 @@ def logical_radix_time() -> Iterator[None]:
         radix_cache.time = saved
 
 
+class RadixUnits:
+    """Trace blocks <-> radix token ids, R tokens per block."""
+
+    def __init__(self, tokens_per_block: int = 1):
+        if tokens_per_block < 1:
+            raise ValueError(f"radix tokens per block must be >= 1, got {tokens_per_block}")
+        self.per_block = tokens_per_block
+
+    def tokens(self, blocks: Sequence[int]) -> array:
+        r = self.per_block
+        if r == 1:
+            return array("q", blocks)
+        offsets = range(r)
+        return array("q", [b * r + j for b in blocks for j in offsets])
+
+    def blocks(self, tokens: Sequence[int]) -> List[int]:
+        """Block ids of freed tokens, each once, in the order first seen."""
+        r = self.per_block
+        if r == 1:
+            return list(tokens)
+        return list(dict.fromkeys(t // r for t in tokens))
+
+
 class _RecordingAllocator:
     """The smallest allocator RadixCache needs: it only frees, and we record what it frees."""
 
@@ -109,7 +136,9 @@ def _radix_api():
 
 
 class StockRadixEngine:
-    def __init__(self, policy: str, capacity_blocks: int, policy_config: Optional[dict] = None):
+    def __init__(
+        self, policy: str, capacity_blocks: int, policy_config: Optional[dict] = None, radix_tokens_per_block: int = 1
+    ):
         import torch
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.radix_cache import RadixCache
@@ -118,7 +147,9 @@ class StockRadixEngine:
             raise ValueError(f"unknown stock policy {policy!r}; choose one of {', '.join(STOCK_POLICIES)}")
         self._torch = torch
         self._api = _radix_api()
-        self.capacity = capacity_blocks
+        self.units = RadixUnits(radix_tokens_per_block)
+        self.capacity_blocks = capacity_blocks
+        self.capacity = capacity_blocks * radix_tokens_per_block  # in radix tokens
         self.allocator = _RecordingAllocator()
         self.cache = RadixCache(
             CacheInitParams(
@@ -139,13 +170,17 @@ class StockRadixEngine:
 
     def access(self, req: Request) -> Access:
         EvictParams, InsertParams, MatchPrefixParams, RadixKey = self._api
-        ids = array("q", req.blocks[: self.capacity])  # a prompt longer than the cache keeps its head
-        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", req.blocks))))
-        hit = len(match.device_indices)
+        units = self.units
+        kept = req.blocks[: self.capacity_blocks]  # a prompt longer than the cache keeps its head
+        ids = units.tokens(kept)
+        whole = ids if len(kept) == len(req.blocks) else units.tokens(req.blocks)
+        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(whole)))
+        hit_tokens = len(match.device_indices)
+        hit = hit_tokens // units.per_block
         node = match.last_device_node
         self.cache.inc_lock_ref(node)
         try:
-            overflow = self.size() + max(0, len(ids) - hit) - self.capacity
+            overflow = self.size() + max(0, len(ids) - hit_tokens) - self.capacity
             if overflow > 0:
                 t0 = time.perf_counter_ns()
                 self.cache.evict(EvictParams(num_tokens=overflow))
@@ -154,10 +189,10 @@ class StockRadixEngine:
             self.cache.insert(InsertParams(key=RadixKey(ids), value=value, priority=req.priority))
         finally:
             self.cache.dec_lock_ref(node)
-        evicted = self.allocator.take()
+        evicted = units.blocks(self.allocator.take())
         self._evicted_blocks += len(evicted)
-        self._rejected += len(req.blocks) - len(ids)
-        return Access(hit_blocks=hit, evicted=evicted, rejected_blocks=len(req.blocks) - len(ids))
+        self._rejected += len(req.blocks) - len(kept)
+        return Access(hit_blocks=hit, evicted=evicted, rejected_blocks=len(req.blocks) - len(kept))
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -171,17 +206,25 @@ class StockRadixEngine:
 class TieredEngine:
     """The project's TieredRadixCache (admission + eviction + session TTLs inside insert)."""
 
-    def __init__(self, policy: str, capacity_blocks: int, clock, policy_config: Optional[dict] = None):
+    def __init__(
+        self,
+        policy: str,
+        capacity_blocks: int,
+        clock,
+        policy_config: Optional[dict] = None,
+        radix_tokens_per_block: int = 1,
+    ):
         import torch
         from sglang_ext.tiered_cache import TieredRadixCache
 
         self._torch = torch
         self._api = _radix_api()
-        self.capacity = capacity_blocks
+        self.units = RadixUnits(radix_tokens_per_block)
+        self.capacity = capacity_blocks * radix_tokens_per_block  # in radix tokens
         self.allocator = _RecordingAllocator()  # evictions are observed as for the stock tree
         self.cache = TieredRadixCache.create_simulated(
             policy=policy,
-            capacity_tokens=capacity_blocks,
+            capacity_tokens=self.capacity,
             clock=clock,
             policy_config=policy_config,
             mock_allocator=self.allocator,
@@ -189,20 +232,21 @@ class TieredEngine:
 
     def access(self, req: Request) -> Access:
         _, InsertParams, MatchPrefixParams, RadixKey = self._api
-        ids = array("q", req.blocks)
+        units = self.units
+        ids = units.tokens(req.blocks)
         match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(ids)))
-        hit = len(match.device_indices)
+        hit = len(match.device_indices) // units.per_block
         value = self._torch.tensor(ids, dtype=self._torch.int64)
         rejected = self.cache.tier_stats().admissions_rejected
         self.cache.insert(InsertParams(key=RadixKey(ids), value=value, priority=req.priority), ttl_s=req.ttl_s)
         declined = req.blocks[hit:] if self.cache.tier_stats().admissions_rejected > rejected else ()
-        return Access(hit_blocks=hit, evicted=self.allocator.take(), declined=declined)
+        return Access(hit_blocks=hit, evicted=units.blocks(self.allocator.take()), declined=declined)
 
     def stats(self) -> EngineStats:
         s = self.cache.tier_stats()
         return EngineStats(
             evictions=int(s.evictions),
-            evicted_blocks=int(s.evicted_tokens),
+            evicted_blocks=int(s.evicted_tokens) // self.units.per_block,
             admissions_rejected=int(s.admissions_rejected),
             policy_ns=int(s.policy_ns),
         )
@@ -225,14 +269,22 @@ def known_policies() -> List[str]:
     ]
 
 
-def make_engine(name: str, capacity_blocks: int, requests: Sequence[Request], clock, policy_config=None):
-    """An engine by benchmark policy name (see `known_policies()`)."""
+def make_engine(
+    name: str,
+    capacity_blocks: int,
+    requests: Sequence[Request],
+    clock,
+    policy_config=None,
+    radix_tokens_per_block: int = 1,
+):
+    """An engine by benchmark policy name (see `known_policies()`). The reference engines count blocks and
+    ignore `radix_tokens_per_block`."""
     from benchmarks.belady import BeladyEngine, InfiniteEngine, ReuseOracleEngine
 
     if capacity_blocks <= 0:
         raise ValueError(f"capacity must hold at least one block, got {capacity_blocks} blocks")
     if name in STOCK_POLICIES:
-        return StockRadixEngine(name, capacity_blocks, policy_config)
+        return StockRadixEngine(name, capacity_blocks, policy_config, radix_tokens_per_block)
     if name == "opt":
         return BeladyEngine(capacity_blocks, requests)
     if name == "infinite":
@@ -243,5 +295,5 @@ def make_engine(name: str, capacity_blocks: int, requests: Sequence[Request], cl
         return ReuseOracleEngine(capacity_blocks, requests, admit_all=True)
     tiered = name[len(TIERED_PREFIX):] if name.startswith(TIERED_PREFIX) else name
     if tiered in tiered_policy_names() or tiered == "tinylfu":
-        return TieredEngine(tiered, capacity_blocks, clock, policy_config)
+        return TieredEngine(tiered, capacity_blocks, clock, policy_config, radix_tokens_per_block)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(known_policies())}")

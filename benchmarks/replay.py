@@ -30,6 +30,9 @@ class ReplayConfig:
     profile: Optional[Profile] = None
     policy_config: Optional[dict] = None
     progress: Optional[bool] = False  # True: always; None: on a terminal (benchmarks.progress); False: never
+    # radix tokens standing for one trace block in the device tree (1: one per block; a server has one per
+    # prompt token); capacities stay in trace tokens, so the result should not depend on it
+    radix_tokens_per_block: int = 1
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
     bt = trace.block_tokens
     if cfg.capacity_tokens < bt:
         raise ValueError(f"capacity_tokens {cfg.capacity_tokens} is below one block ({bt} tokens)")
+    if cfg.radix_tokens_per_block < 1:
+        raise ValueError(f"radix_tokens_per_block must be >= 1, got {cfg.radix_tokens_per_block}")
     reqs = trace.requests
     clock = ManualClock(reqs[0].time_s if reqs else 0.0)
     specs = [TierSpec(n, t // bt) for n, t in (("host", cfg.host_tokens), ("peer", cfg.peer_tokens)) if t > 0]
@@ -76,7 +81,8 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
     device_hit_tokens = block_hits = 0
     uses_radix = cfg.policy not in REFERENCE_ENGINES
     with (logical_radix_time() if uses_radix else contextlib.nullcontext()):
-        engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config)
+        engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config,
+                             cfg.radix_tokens_per_block)
         t_start = time.perf_counter()  # after the engine is built: SGLang's import is not replay time
         for req in _progress(reqs, cfg):
             clock.set(max(clock.now(), req.time_s))
@@ -131,6 +137,7 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
             "lower_policy": cfg.lower_policy,
             "session_ttl_s": cfg.session_ttl_s,
             "stock": cfg.policy in STOCK_POLICIES,
+            "radix_tokens_per_block": cfg.radix_tokens_per_block,
         },
     )
 

@@ -107,9 +107,11 @@ def stock_args(model_path: Optional[str] = None) -> List[str]:
 
 def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str = "tiered",
                  env: Optional[dict] = None, model_path: Optional[str] = None,
-                 admin_key: Optional[str] = None) -> Server:
+                 admin_key: Optional[str] = None, stock_plugins: str = "none") -> Server:
     """Start a server and wait until /health answers; `kind` is "tiered" (the project) or "stock" (SGLang).
-    `admin_key`: started with `--admin-api-key`, and the returned Server sends it on `get`."""
+    `admin_key`: started with `--admin-api-key`, and the returned Server sends it on `get`.
+    `stock_plugins`: SGLANG_PLUGINS of a stock server ("none": none of ours; "tiered_kv": our plugin, for its
+    CPU HiCache seams, while the tree cache stays SGLang's own)."""
     port = free_port()
     if admin_key:
         args = [*args, "--admin-api-key", admin_key]
@@ -126,7 +128,7 @@ def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str
     if kind == "stock":
         from sglang_ext.launch_server import cuda_available
 
-        full_env["SGLANG_PLUGINS"] = "none"  # a whitelist naming no plugin: stock SGLang, without ours
+        full_env["SGLANG_PLUGINS"] = stock_plugins  # "none": a whitelist naming no plugin, stock SGLang
         if not cuda_available():
             full_env.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     with open(log_path, "w") as log:

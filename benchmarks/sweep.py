@@ -38,6 +38,7 @@ def _run_job(job: Tuple[str, int, dict]) -> dict:
         session_ttl_s=opts["session_ttl"],
         profile=load_profile(opts["profile"]) if opts["profile"] else None,
         policy_config=opts["policy_config"],
+        radix_tokens_per_block=opts.get("radix_tokens_per_block", 1),
     )
     return replay(_TRACE_CACHE[key], cfg).to_dict()
 
@@ -146,6 +147,7 @@ def run_sweep_cli(args, parser) -> int:
         "session_ttl": args.session_ttl,
         "profile": args.profile,
         "policy_config": args.policy_config,
+        "radix_tokens_per_block": args.radix_tokens_per_block,
     }
     from benchmarks.__main__ import check_common_args
 

@@ -260,10 +260,13 @@ def tree_lock_summary(cache) -> dict:
     if root is None:
         return {}
     nodes = tokens = 0
-    stack = list(root.children.values())
+    stack = list(getattr(root, "children", {}).values())
     while stack:
         node = stack.pop()
-        if node.lock_ref > 0:
+        lock = getattr(node, "lock_ref", None)
+        if not isinstance(lock, int):  # a tree cache of another kind (SGLang's unified tree): no summary
+            return {}
+        if lock > 0:
             nodes += 1
             tokens += len(node.key)
         stack.extend(node.children.values())

@@ -193,3 +193,18 @@ def test_what_would_stop_the_scheduler_is_a_400(route, body):
 ])
 def test_ids_and_embeddings_the_model_takes_pass(route, body):
     assert rewrite(route, json.dumps(body).encode(), None, LIMITS)[0] == 200
+
+
+def test_the_lock_summary_reads_any_tree_without_raising():
+    """Guards: /get_server_info walked SGLang's own tree nodes (no `lock_ref`) inside the scheduler and raised,
+    stopping the server, when our plugin ran beside a stock tree cache."""
+    from types import SimpleNamespace as NS
+
+    from sglang_ext.request_api import tree_lock_summary
+
+    def tree(**lock):
+        leaf = NS(children={}, key=[1, 2, 3], **lock)
+        return NS(root_node=NS(children={1: leaf}), protected_size_=3)
+
+    assert tree_lock_summary(tree(lock_ref=1)) == {"locked_nodes": 1, "locked_tokens": 3, "protected_size": 3}
+    assert tree_lock_summary(tree()) == {}

@@ -92,8 +92,18 @@ def test_open_events_never_outlive_the_horizon(ops):
             g.record(key)
         g.opened((key, i), 1, size)
         g.observe(0, size)
-        assert all(g.traffic - opened <= g.horizon_units for _, opened, _ in g._open.values())
+        assert all(g.traffic - opened <= g.horizon_units for _, opened, _, _ in g._open.values())
         assert len(g) <= g.horizon_units
+
+
+def test_without_traffic_the_open_events_are_bounded_in_units_not_in_number():
+    """Guards: a tier that never calls observe (a flat lower tier) keeps its FIFO bounded, and by the units
+    its events hold, so the bound does not loosen when one unit stands for a token instead of a block."""
+    g = _gate(horizon=1.0)  # 100 units
+    for i in range(50):
+        g.opened(("k", i), 1, 10)
+    assert len(g) == 10  # the horizon's units, 10 each; the rest expired unrecorded
+    assert g.events[g.class_of(1, 10)] == 40 and not g.hits
 
 
 @pytest.mark.parametrize("name", ["tinylfu", "reuse-gate"])

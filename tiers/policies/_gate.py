@@ -10,7 +10,9 @@ does predict reuse is what the tree shows when the suffix arrives:
   suffix is not in the tree, so the next turn of its conversation arrives under the same key again): a
   conversation that has gone on is likelier to go on (Mooncake conversation trace: 25% of first turns get a
   next turn, 75% of sixth turns; synthetic trace: 12% and 73%);
-- its size, in powers of two: very short first prompts are almost never continued.
+- its size as a fraction of the capacity, in powers of two: very short first prompts are almost never
+  continued. A fraction, not a count of units, so the classes are the same whether a unit is a token or a
+  block (at 1e6 tokens of 512-token blocks, the buckets are 1, 2-3, 4-7, ... blocks).
 
 (depth, size) is the suffix's class. Each new suffix opens one *event* for its class, keyed by its first
 block's scoped key, whether it was admitted or declined. The event counts as reused when a later request
@@ -24,9 +26,12 @@ The gate passes a suffix whose class's reuse probability (hits + prior) / (event
 `threshold`. The bar is fixed: a contest against the classes of the victims, tried on the same replay, let the
 tier fill with middling classes and lost most of the gain.
 
-Cost: events sit in a FIFO in open order and expire from its head, so each call is O(1) amortized and the
-FIFO holds at most horizon x capacity entries (every event is at least one unit of traffic). `opened` enforces
-that bound itself, so a tier that drives `observe` short, or not at all, cannot grow the FIFO past capacity.
+Cost: events sit in a FIFO in open order and expire from its head, so each call is O(1) amortized. The open
+events hold at most horizon x capacity units (each counts its suffix's size, at least one unit, so that also
+bounds their number). `opened` enforces that bound itself, so a tier that drives `observe` short, or not at
+all, cannot grow the FIFO past it; like every rule here it is in units relative to the capacity, not in
+events, so it does not loosen when a unit is a token rather than a block. A new suffix's size is miss
+traffic, so with `observe` driven the bound trips at most one suffix's traffic before the horizon would.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class ReuseGate:
         if not (prior_events > 0 and 0 <= prior_hits <= prior_events):
             raise ValueError(f"gate priors need 0 <= hits <= events, events > 0; got {prior_hits}, {prior_events}")
         self.threshold = threshold
+        self.capacity = capacity
         self.horizon_units = horizon * capacity
         self.max_depth = max_depth
         self.prior_hits = prior_hits
@@ -65,12 +71,15 @@ class ReuseGate:
         self.hits: Dict[int, float] = {}
         self.events: Dict[int, float] = {}
         self.traffic = 0  # miss units seen so far: the clock events expire by
-        # key -> (class, traffic at open, times this key had come back before)
-        self._open: "OrderedDict[Hashable, Tuple[int, int, int]]" = OrderedDict()
+        # key -> (class, traffic at open, times this key had come back before, units)
+        self._open: "OrderedDict[Hashable, Tuple[int, int, int, int]]" = OrderedDict()
+        self._open_units = 0  # units of the open events
         self._returning: "OrderedDict[Hashable, int]" = OrderedDict()  # key just recorded -> times back
 
     def class_of(self, depth: int, size: int) -> int:
-        return min(depth, self.max_depth) * 64 + max(size, 0).bit_length()
+        # size bucket: log2 of size / capacity, from 2^-20 of the capacity up (the bucket of 2^-20 .. 2^-19
+        # is 1; smaller is 0)
+        return min(depth, self.max_depth) * 64 + min(((max(size, 0) << 20) // self.capacity).bit_length(), 63)
 
     def reuse_probability(self, cls: int) -> float:
         return (self.hits.get(cls, 0.0) + self.prior_hits) / (self.events.get(cls, 0.0) + self.prior_events)
@@ -95,21 +104,37 @@ class ReuseGate:
         """A new suffix entered the tier (or was declined): its event starts now."""
         returns = self._returning.pop(key, 0)
         pending = self._open
-        pending.pop(key, None)
-        pending[key] = (self.class_of(depth + returns, size), self.traffic, returns)
-        if len(pending) > self.horizon_units:  # more events than the horizon has units: the oldest is past it
-            _, (cls, _, _) = pending.popitem(last=False)
-            self.events[cls] = self.events.get(cls, 0.0) + 1.0
+        self._close(key)
+        units = max(size, 1)
+        pending[key] = (self.class_of(depth + returns, size), self.traffic, returns, units)
+        self._open_units += units
+        # more open units than the horizon has: the oldest events are past it
+        while self._open_units > self.horizon_units and len(pending) > 1:
+            self._expire_oldest()
 
     def withdraw(self, key: Hashable) -> None:
         """`key` was reported as new but is not a new suffix (the front part of a split)."""
-        self._open.pop(key, None)
+        self._close(key)
+
+    def _close(self, key: Hashable):
+        """Remove `key`'s open event (if any) without counting it; returns it."""
+        opened = self._open.pop(key, None)
+        if opened is not None:
+            self._open_units -= opened[3]
+        return opened
+
+    def _expire_oldest(self) -> None:
+        """The oldest open event counts as not reused."""
+        _, (cls, _, _, units) = self._open.popitem(last=False)
+        self._open_units -= units
+        self.events[cls] = self.events.get(cls, 0.0) + 1.0
 
     def record(self, key: Hashable) -> None:
-        opened = self._open.pop(key, None)
+        opened = self._open.pop(key, None)  # _close, inlined: this runs for every key a request passes
         if opened is None:
             return
-        cls, _, returns = opened
+        cls, _, returns, units = opened
+        self._open_units -= units
         self.hits[cls] = self.hits.get(cls, 0.0) + 1.0
         self.events[cls] = self.events.get(cls, 0.0) + 1.0
         # the request that brought the key back asks for its admission next; a declined suffix comes back
@@ -122,13 +147,9 @@ class ReuseGate:
     def observe(self, hit: int, total: int) -> None:
         self.traffic += max(total - hit, 0)
         oldest = self.traffic - self.horizon_units
-        events, pending = self.events, self._open
-        while pending:
-            key, (cls, opened, _) = next(iter(pending.items()))
-            if opened >= oldest:
-                break
-            del pending[key]
-            events[cls] = events.get(cls, 0.0) + 1.0
+        pending = self._open
+        while pending and next(iter(pending.values()))[1] < oldest:
+            self._expire_oldest()
 
     def __len__(self) -> int:
         return len(self._open)

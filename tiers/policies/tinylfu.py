@@ -18,8 +18,9 @@ entries and keeps TinyLFU's admission contest around it:
   was evicted or declined: such keys wait in a bounded FIFO of ghosts (sized in units, a multiple of the
   capacity), and a request that records a ghost key counts a reuse for the ghost's class. A reuse counts
   only within `window_factor` x the cache lifetime (running mean age at eviction): a return long after any
-  entry would still be cached says nothing about what is worth keeping. Counts are halved periodically
-  (aging, like the sketch's reset).
+  entry would still be cached says nothing about what is worth keeping. Counts are halved after every
+  `decay_capacities` capacities of event traffic (each event adds its entry's size: aging, as in
+  TinyLFU's sketch reset).
 - Eviction: density = reuse probability / (age + horizon), age in policy ticks (one per recorded key, i.e.
   per requested node) since the last use, lowest first. Within one class the least recently used entry has
   the lowest density, so each class keeps an LRU list and a victim query keeps a small heap of the lists'
@@ -34,6 +35,11 @@ entries and keeps TinyLFU's admission contest around it:
 
 `victims()` changes no state. A flat tier (parent=None) gets depth 1 for every entry: classes by size and
 reuse.
+
+Units. Nothing here depends on how many tier units (radix tokens) an entry holds, so the same tree gives
+the same decisions whether one unit stands for a token or for a 512-token block: sizes are fractions of the
+capacity (size buckets, ghosts), traffic is counted in capacities (aging, the gate's horizon), and ages
+are in ticks (one per recorded key, i.e. per tree node a request passes), which count nodes, not units.
 """
 
 from __future__ import annotations
@@ -48,7 +54,10 @@ from tiers.policies._gate import ReuseGate
 from tiers.policies._tree import TreeIndex, select_leaves
 from tiers.policy import Candidate, Policy, register_policy
 
-_SIZE_EDGES = (1, 4, 16)  # size buckets: 1, 2-4, 5-16, >16 units
+# size buckets: upper edges in 1/10,000ths of the capacity (integers, so a bucket is exact at any scale);
+# at 1e6 tokens of 512-token blocks (1953 blocks) the buckets are 1, 2-4, 5-16 and more than 16 blocks
+_SIZE_EDGES = (8, 23, 85)
+_SIZE_EDGE_SCALE = 10_000
 
 
 @register_policy("tinylfu")
@@ -61,7 +70,7 @@ class TinyLFUPolicy(Policy):
         max_depth: int = 4,
         horizon: float = 0.0,
         ghost_factor: float = 4.0,
-        decay_period: int = 0,
+        decay_capacities: float = 60.0,
         admit_margin: float = 1.0,
         prior_hits: float = 1.0,
         prior_events: float = 2.0,
@@ -81,10 +90,13 @@ class TinyLFUPolicy(Policy):
             raise ValueError(f"window_factor must be > 0, got {window_factor}")
         if gap_buckets < 1:
             raise ValueError(f"gap_buckets must be >= 1, got {gap_buckets}")
+        if decay_capacities <= 0:
+            raise ValueError(f"decay_capacities must be > 0, got {decay_capacities}")
         self.index = TreeIndex()
         self.max_depth = max_depth
         self.window_factor = window_factor
         self.n_gaps = gap_buckets + 1  # the last one: no reuse seen yet
+        self._size_edges = tuple(e * capacity for e in _SIZE_EDGES)  # in units x _SIZE_EDGE_SCALE
         nb = len(_SIZE_EDGES) + 1
         self._tail = max_depth * nb * self.n_gaps
         self._reused0 = self._tail + 1
@@ -98,12 +110,12 @@ class TinyLFUPolicy(Policy):
         self.prior_events = prior_events
         self.horizon = horizon
         self.ghost_factor = ghost_factor
-        self.decay_period = decay_period or 10 * capacity
+        self.decay_units = decay_capacities * capacity
         self.admit_margin = admit_margin
         self._ghosts: "OrderedDict[Hashable, tuple]" = OrderedDict()  # key -> (class, size)
         self._ghost_size = 0
         self._returned: "OrderedDict[Hashable, None]" = OrderedDict()
-        self._since_decay = 0
+        self._since_decay = 0.0  # event units since the last halving
         self.now = 0  # the policy's clock: one tick per recorded key
         # in front of the density contest: a new suffix whose class rarely comes back within a few
         # capacities of traffic is declined outright (threshold 0: the gate always passes, v3 as it was)
@@ -115,8 +127,9 @@ class TinyLFUPolicy(Policy):
     # stay the single definition of each rule; an inlined copy computes exactly the same values.
     def _new_class(self, depth: int, size: int, gap: int = -1) -> int:
         s = 0
-        for edge in _SIZE_EDGES:
-            if size <= edge:
+        scaled = size * _SIZE_EDGE_SCALE
+        for edge in self._size_edges:
+            if scaled <= edge:
                 break
             s += 1
         g = self.n_gaps - 1 if gap < 0 else gap
@@ -145,14 +158,14 @@ class TinyLFUPolicy(Policy):
     def probability(self, cls: int) -> float:
         return (self.hits[cls] + self.prior_hits) / (self.events[cls] + self.prior_events)
 
-    def _open(self, cls: int) -> None:
+    def _open(self, cls: int, size: int) -> None:
         self.events[cls] += 1
-        self._since_decay += 1
-        if self._since_decay >= self.decay_period:
+        self._since_decay += size
+        if self._since_decay >= self.decay_units:
             self._decay()
 
     def _decay(self) -> None:
-        self._since_decay = 0
+        self._since_decay = 0.0
         self.hits = [h * 0.5 for h in self.hits]
         self.events = [e * 0.5 for e in self.events]
 
@@ -191,8 +204,8 @@ class TinyLFUPolicy(Policy):
         n.count = 0
         n.region = cls
         self.events[cls] += 1  # _open, inlined
-        self._since_decay += 1
-        if self._since_decay >= self.decay_period:
+        self._since_decay += size
+        if self._since_decay >= self.decay_units:
             self._decay()
         self._lists[cls][entry] = None
 
@@ -221,8 +234,8 @@ class TinyLFUPolicy(Policy):
         max_depth = self.max_depth
         cls = self._reused0 + ((depth if depth < max_depth else max_depth) - 1) * self.n_gaps + gb
         self.events[cls] += 1  # _open, inlined
-        self._since_decay += 1
-        if self._since_decay >= self.decay_period:
+        self._since_decay += n.size
+        if self._since_decay >= self.decay_units:
             self._decay()
         lists = self._lists
         del lists[old][entry]
@@ -255,7 +268,7 @@ class TinyLFUPolicy(Policy):
         del self._lists[n.region][entry]
         n.region = self._tail
         n.depth += 1
-        self._open(self._tail)
+        self._open(self._tail, n.size)
         self._lists[self._tail][entry] = None
 
     def record(self, key) -> None:
@@ -302,7 +315,7 @@ class TinyLFUPolicy(Policy):
                 first = False
         if (hits[cls] + ph) / (events[cls] + pe) / h * self.admit_margin >= top:
             return True
-        self._open(cls)
+        self._open(cls, candidate.size)
         self._ghost(candidate.key, cls, candidate.size, now)
         return False
 

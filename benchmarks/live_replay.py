@@ -1,0 +1,426 @@
+"""Live trace replay: the rows of a trace sent to real servers, and the hit rate they report beside the offline
+replay of the same rows.
+
+`python -m benchmarks live-replay --trace conversation --limit 2000 --capacity-tokens 1e6 --servers stock,tiered`
+
+Design note
+- Token ids: each trace block (its interned id) becomes K pseudo-random token ids (K = --tokens-per-block,
+  default 16) drawn from a `random.Random` seeded by the block id, inside the model's vocabulary. A prompt is
+  its blocks' runs end to end, so the server's radix tree sees the trace's prefix structure; the last, partial
+  block of a row also becomes K ids (as in the offline replay, where a block is R radix tokens whatever its size).
+- Pools in trace tokens, as in `replay`: the device pool is C * K / block_tokens tokens (`--max-total-tokens`),
+  the host pool H * K / block_tokens (`--hicache-ratio` H / C: SGLang's `--hicache-size` is whole GB).
+- Hits: SGLang never serves the last prompt token from cache (a full hit reports len - 1 cached tokens), so a
+  row's hit blocks are cached // K, plus one when cached == len(blocks) * K - 1; they are counted in trace
+  tokens with `Request.hit_tokens`, over the trace's prompt tokens, exactly as `replay` counts them.
+- Timing: rows go out in trace order, row i not before (t_i - t_0) / speedup after the start (speedup 0: no
+  waiting), with at most `concurrency` in flight. Each request asks for one new token (temperature 0), so its
+  latency is its time to first token. Every wait has a deadline; every server is stopped in a `finally`.
+- Servers: `stock` is `sglang.launch_server` with its own radix cache; `hicache` the same with SGLang's HiCache
+  (on CPU our plugin is loaded for its host-pool seams only, see sglang_ext/cpu_hicache.py: the tree cache is
+  SGLang's); `tiered` is ours, device only; `tiered-host` ours with the host tier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from benchmarks.servers import REQUEST_DEADLINE_S, Server, start_server
+from benchmarks.trace import Request, Trace
+
+DEFAULT_TOKENS_PER_BLOCK = 16
+
+
+@dataclass(frozen=True)
+class ServerKind:
+    """How a named server of the benchmark is started, and which offline replay stands for it."""
+
+    kind: str  # "stock" (sglang.launch_server) or "tiered" (sglang_ext.launch_server)
+    offline_policy: str
+    host_tier: bool
+    extra_args: tuple = ()
+    stock_plugins: str = "none"  # SGLANG_PLUGINS of a stock server
+
+
+SERVER_KINDS = {
+    "stock": ServerKind("stock", "lru", False),
+    "tiered": ServerKind("tiered", "tinylfu", False, ("--tier-policy", "tinylfu")),
+    # stock HiCache on CPU needs the host-pool seams that our plugin installs (and nothing else of it is used)
+    "hicache": ServerKind("stock", "lru", True, ("--hicache-io-backend", "direct", "--hicache-mem-layout",
+                                                  "layer_first"), "tiered_kv"),
+    "tiered-host": ServerKind("tiered", "tinylfu", True, ("--tier-policy", "tinylfu")),
+}
+
+
+# ---- trace blocks -> token ids, cached tokens -> trace hits (pure, unit-tested) ----
+
+class BlockTokens:
+    """Block id -> its fixed run of K token ids in [0, vocab_size), memoized."""
+
+    def __init__(self, tokens_per_block: int, vocab_size: int):
+        if tokens_per_block < 1 or vocab_size < 2:
+            raise ValueError(f"need tokens_per_block >= 1 and vocab_size >= 2, got {tokens_per_block}, {vocab_size}")
+        self.k, self.vocab = tokens_per_block, vocab_size
+        self._runs: Dict[int, List[int]] = {}
+
+    def run(self, block: int) -> List[int]:
+        ids = self._runs.get(block)
+        if ids is None:
+            rng = random.Random(block)
+            ids = self._runs[block] = [rng.randrange(self.vocab) for _ in range(self.k)]
+        return ids
+
+    def prompt(self, blocks: Sequence[int]) -> List[int]:
+        return [t for b in blocks for t in self.run(b)]
+
+
+def live_hit_blocks(cached_tokens: int, n_blocks: int, tokens_per_block: int) -> int:
+    """Leading blocks of a prompt that the server served from cache (see the design note on the last token)."""
+    if cached_tokens >= n_blocks * tokens_per_block - 1:
+        return n_blocks
+    return max(0, cached_tokens) // tokens_per_block
+
+
+def hit_tokens_by_tier(req: Request, cached: int, details: Optional[dict], k: int, block_tokens: int) -> Dict[str, int]:
+    """Trace tokens this row hit, per tier: SGLang's `cached_tokens_details` lists tiers nearest first, so each
+    tier's share is the blocks the cumulative count reaches beyond the tiers before it."""
+    tiers = [(t, int(v)) for t, v in (details or {}).items() if isinstance(v, (int, float)) and v > 0]
+    if not tiers or sum(v for _, v in tiers) != cached:
+        tiers = [("device", cached)]  # no breakdown (stock without cache report) or one we cannot read
+    out, cum, before = {}, 0, 0
+    for tier, tokens in tiers:
+        cum += tokens
+        reached = req.hit_tokens(live_hit_blocks(cum, len(req.blocks), k), block_tokens) if cum else 0
+        out[tier] = out.get(tier, 0) + reached - before
+        before = reached
+    return out
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending sequence (0.0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, int(round(q * (len(sorted_values) - 1))))]
+
+
+# ---- sending the rows ----
+
+@dataclass(frozen=True)
+class Sent:
+    """One row's answer: cached tokens (and their tiers) and latency; ok False when the request failed."""
+
+    index: int
+    ok: bool
+    cached_tokens: int = 0
+    details: Optional[dict] = None
+    ttft_s: float = 0.0
+    error: str = ""
+
+
+def send_row(server: Server, ids: List[int], index: int, clock: Callable[[], float] = time.perf_counter) -> Sent:
+    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+    start = clock()
+    try:
+        status, reply = server.post_status("/generate", body, timeout=REQUEST_DEADLINE_S)
+    except OSError as e:  # includes timeouts: the deadline of this request
+        return Sent(index, False, error=f"{type(e).__name__}: {e}")
+    elapsed = clock() - start
+    meta = reply.get("meta_info") if isinstance(reply, dict) else None
+    if status != 200 or not isinstance(meta, dict):
+        return Sent(index, False, ttft_s=elapsed, error=f"{status}: {str(reply)[:200]}")
+    details = meta.get("cached_tokens_details")
+    return Sent(index, True, int(meta.get("cached_tokens") or 0), details if isinstance(details, dict) else None,
+                elapsed)
+
+
+def send_rows(send: Callable[[int], Sent], times: Sequence[float], speedup: float, concurrency: int,
+              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+              progress: Optional[Callable] = None) -> List[Sent]:
+    """Row i goes out not before (times[i] - times[0]) / speedup (speedup 0: at once), in order, with at most
+    `concurrency` in flight. `send(i)` must return within its own deadline; a free slot is awaited at most that
+    long plus a margin, after which the row counts as failed rather than hang the run."""
+    slots = threading.BoundedSemaphore(concurrency)
+    results: List[Optional[Sent]] = [None] * len(times)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = send(i)
+        finally:
+            slots.release()
+            if progress:
+                progress()
+
+    start = clock()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for i, t in enumerate(times):
+            if speedup > 0:
+                delay = start + (t - times[0]) / speedup - clock()
+                if delay > 0:
+                    sleep(delay)
+            if not slots.acquire(timeout=REQUEST_DEADLINE_S + 30):
+                results[i] = Sent(i, False, error="no free slot within the request deadline")
+                continue
+            pool.submit(run, i)
+    return [r if r is not None else Sent(i, False, error="not sent") for i, r in enumerate(results)]
+
+
+# ---- one server ----
+
+@dataclass(frozen=True)
+class ServerRun:
+    name: str
+    sent: List[Sent]
+    wall_s: float
+    tier_stats: Optional[dict] = None
+    pool_tokens: Optional[int] = None
+    offline: Optional[dict] = None
+
+
+def server_args(spec: ServerKind, device_tokens: int, host_ratio: float) -> List[str]:
+    args = ["--max-total-tokens", str(device_tokens), "--enable-cache-report", *spec.extra_args]
+    if spec.host_tier:
+        args += ["--enable-hierarchical-cache", "--hicache-ratio", f"{host_ratio:.6g}"]
+    return args
+
+
+def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, log_dir: Path) -> ServerRun:
+    from benchmarks.progress import track
+
+    spec = SERVER_KINDS[name]
+    server = start_server(server_args(spec, cfg.device_pool_tokens, cfg.host_ratio), log_dir, name,
+                          kind=spec.kind, stock_plugins=spec.stock_plugins)
+    try:
+        pool = server_pool_tokens(server)
+        reqs = trace.requests
+        bar = iter(track(range(len(reqs)), f"live {name}", unit="requests"))
+        start = time.perf_counter()
+        sent = send_rows(lambda i: send_row(server, blocks.prompt(reqs[i].blocks), i),
+                         [r.time_s for r in reqs], cfg.speedup, cfg.concurrency,
+                         progress=lambda: next(bar, None))
+        wall = time.perf_counter() - start
+        stats = server.get("/tiers/stats") if spec.kind == "tiered" else None
+    finally:
+        server.stop()
+    return ServerRun(name, sent, wall, stats, pool)
+
+
+def server_pool_tokens(server: Server) -> Optional[int]:
+    """The device pool the server really built (SGLang may cap --max-total-tokens at what it profiled), from
+    its start-up log line: /get_server_info would run our plugin's internal-state hook, which a stock tree
+    cache does not support (it stops the scheduler of the `hicache` server)."""
+    try:
+        found = re.search(r"max_total_num_tokens=(\d+)", server.log_path.read_text(errors="replace"))
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
+
+
+def offline_replay(name: str, trace: Trace, cfg: "LiveConfig") -> dict:
+    from dataclasses import fields
+
+    from benchmarks.replay import ReplayConfig, replay
+
+    spec = SERVER_KINDS[name]
+    kwargs = dict(policy=spec.offline_policy, capacity_tokens=cfg.capacity_tokens,
+                  host_tokens=cfg.host_tokens if spec.host_tier else 0)
+    if "radix_tokens_per_block" in {f.name for f in fields(ReplayConfig)}:
+        kwargs["radix_tokens_per_block"] = cfg.tokens_per_block
+    result = replay(trace, ReplayConfig(**kwargs))
+    return {"token_hit_rate": result.token_hit_rate, "hit_tokens_by_tier": result.hit_tokens_by_tier,
+            "admissions_rejected": result.admissions_rejected, "radix_tokens_per_block":
+            kwargs.get("radix_tokens_per_block", 1)}
+
+
+def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
+    reqs, k, bt = trace.requests, cfg.tokens_per_block, trace.block_tokens
+    by_tier: Dict[str, int] = {}
+    full_hits = 0
+    for s in run.sent:
+        if s.ok:
+            full_hits += live_hit_blocks(s.cached_tokens, len(reqs[s.index].blocks), k) == len(reqs[s.index].blocks)
+            for tier, tokens in hit_tokens_by_tier(reqs[s.index], s.cached_tokens, s.details, k, bt).items():
+                by_tier[tier] = by_tier.get(tier, 0) + tokens
+    total = trace.total_input_tokens
+    ok = [s for s in run.sent if s.ok]
+    ttfts = sorted(s.ttft_s * 1000 for s in ok)
+    return {
+        "token_hit_rate": sum(by_tier.values()) / total if total else 0.0,
+        "offline_token_hit_rate": run.offline["token_hit_rate"] if run.offline else None,
+        "hit_tokens_by_tier": by_tier,
+        "full_hit_rows": full_hits,
+        "offline_hit_tokens_by_tier": run.offline["hit_tokens_by_tier"] if run.offline else None,
+        "offline_admissions_rejected": run.offline["admissions_rejected"] if run.offline else None,
+        "offline_radix_tokens_per_block": run.offline["radix_tokens_per_block"] if run.offline else None,
+        "ttft_ms_p50": percentile(ttfts, 0.5),
+        "ttft_ms_p90": percentile(ttfts, 0.9),
+        "ttft_ms_p99": percentile(ttfts, 0.99),
+        "ttft_ms_mean": statistics.fmean(ttfts) if ttfts else 0.0,
+        "requests": len(ok),
+        "failures": len(run.sent) - len(ok),
+        "first_error": next((s.error for s in run.sent if not s.ok), None),
+        "requests_per_s": len(ok) / run.wall_s if run.wall_s > 0 else 0.0,
+        "wall_s": run.wall_s,
+        "device_pool_tokens": run.pool_tokens,
+        "tier_stats": run.tier_stats,
+    }
+
+
+# ---- configuration, CLI ----
+
+@dataclass(frozen=True)
+class LiveConfig:
+    capacity_tokens: int
+    host_tokens: int
+    tokens_per_block: int
+    block_tokens: int
+    speedup: float
+    concurrency: int
+
+    @property
+    def device_pool_tokens(self) -> int:
+        return self.capacity_tokens * self.tokens_per_block // self.block_tokens
+
+    @property
+    def host_pool_tokens(self) -> int:
+        return self.host_tokens * self.tokens_per_block // self.block_tokens
+
+    @property
+    def host_ratio(self) -> float:
+        return self.host_tokens / self.capacity_tokens
+
+
+def model_config() -> dict:
+    """The embedded model's config.json (vocab_size, max_position_embeddings)."""
+    from sglang_ext.embedded_model import ensure_embedded_model
+
+    return json.loads((ensure_embedded_model() / "config.json").read_text())
+
+
+def live_replay(trace: Trace, names: Sequence[str], cfg: LiveConfig, log_dir: Path,
+                vocab_size: Optional[int] = None) -> dict:
+    blocks = BlockTokens(cfg.tokens_per_block, vocab_size or int(model_config()["vocab_size"]))
+    out = {}
+    for name in names:
+        try:
+            run = run_server(name, trace, cfg, blocks, log_dir)
+        except RuntimeError as e:  # did not start: the other servers still run; reported, and the exit is 1
+            out[name] = {"error": str(e)[-2000:], "failures": len(trace.requests)}
+            continue
+        run = replace(run, offline=offline_replay(name, trace, cfg))
+        out[name] = summarize(run, trace, cfg)
+    config = {"trace": trace.path, "rows": len(trace.requests), "block_tokens": trace.block_tokens,
+              "capacity_tokens": cfg.capacity_tokens, "host_tokens": cfg.host_tokens,
+              "tokens_per_block": cfg.tokens_per_block, "device_pool_tokens": cfg.device_pool_tokens,
+              "host_pool_tokens": cfg.host_pool_tokens, "speedup": cfg.speedup, "concurrency": cfg.concurrency,
+              "vocab_size": blocks.vocab, "prompt_tokens": trace.total_input_tokens,
+              "offline_policies": {n: SERVER_KINDS[n].offline_policy for n in names}}
+    return {"servers": out, "config": config}
+
+
+def table(report: dict) -> str:
+    rows = ["| server | live hit | offline hit | live - offline | TTFT p50 ms | p90 | p99 | mean | req/s | failures |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s in report["servers"].items():
+        if "error" in s:
+            rows.append(f"| {name} | did not start: {s['error'].splitlines()[0]} |")
+            continue
+        off = s["offline_token_hit_rate"]
+        diff = f"{s['token_hit_rate'] - off:+.4f}" if off is not None else "-"
+        rows.append(f"| {name} | {s['token_hit_rate']:.4f} | {off:.4f} | {diff} | {s['ttft_ms_p50']:.1f} | "
+                    f"{s['ttft_ms_p90']:.1f} | {s['ttft_ms_p99']:.1f} | {s['ttft_ms_mean']:.1f} | "
+                    f"{s['requests_per_s']:.2f} | {s['failures']} |")
+    return "\n".join(rows + ratio_lines(report["servers"]))
+
+
+PAIRS = (("tiered", "stock"), ("tiered-host", "hicache"))
+
+
+def ratio_lines(servers: dict) -> List[str]:
+    """Ours over the stock server it replaces: TTFT mean and p99, hit rate."""
+    lines = []
+    for ours, stock in PAIRS:
+        a, b = servers.get(ours), servers.get(stock)
+        if not a or not b or "error" in a or "error" in b or not b["ttft_ms_mean"] or not b["ttft_ms_p99"]:
+            continue
+        lines.append(f"\n{ours} / {stock}: TTFT mean {a['ttft_ms_mean'] / b['ttft_ms_mean']:.2f}x, p99 "
+                     f"{a['ttft_ms_p99'] / b['ttft_ms_p99']:.2f}x; token hit rate {a['token_hit_rate']:.4f} vs "
+                     f"{b['token_hit_rate']:.4f}")
+    return lines
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from benchmarks.cli_types import capacity, non_negative_float, positive_int
+
+    p.add_argument("--trace", required=True, help="JSONL trace: a path, a file under ../shared/traces/, "
+                   "or 'conversation' / 'synthetic'")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N rows")
+    p.add_argument("--capacity-tokens", type=capacity, required=True, help="device capacity in trace tokens")
+    p.add_argument("--host-tokens", type=capacity, default=None,
+                   help="host tier capacity in trace tokens for hicache/tiered-host (default: 2x the device)")
+    p.add_argument("--tokens-per-block", type=positive_int, default=DEFAULT_TOKENS_PER_BLOCK,
+                   help="token ids sent per trace block")
+    p.add_argument("--block-tokens", type=positive_int, default=512, help="trace tokens per hash_ids block")
+    p.add_argument("--servers", default="stock,tiered", help=f"comma-separated, of {', '.join(SERVER_KINDS)}")
+    p.add_argument("--speedup", type=non_negative_float, default=0.0,
+                   help="divide the trace's inter-arrival times by this (0, the default: send without waiting)")
+    p.add_argument("--concurrency", type=positive_int, default=1, help="requests in flight at most")
+    p.add_argument("--log-dir", default=None, help="server logs (default: a new temporary folder)")
+    p.add_argument("--json", action="store_true")
+
+
+def check_args(args, parser) -> List[str]:
+    names = [n.strip() for n in args.servers.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SERVER_KINDS]
+    if not names or unknown or len(set(names)) != len(names):
+        parser.error(f"argument --servers: want distinct names of {', '.join(SERVER_KINDS)}, got {args.servers!r}")
+    from benchmarks.trace import resolve_trace_path
+
+    try:
+        resolve_trace_path(args.trace)
+    except FileNotFoundError as e:
+        parser.error(f"argument --trace: {e}")
+    if args.capacity_tokens < args.block_tokens:
+        parser.error(f"argument --capacity-tokens: {args.capacity_tokens} is less than one block")
+    if args.host_tokens is not None and args.host_tokens < args.block_tokens:
+        parser.error(f"argument --host-tokens: {args.host_tokens} is less than one block")
+    return names
+
+
+def main(args) -> int:
+    from benchmarks.trace import load_trace
+
+    parser = args._parser
+    names = check_args(args, parser)
+    trace = load_trace(args.trace, args.block_tokens, limit=args.limit)
+    host = args.host_tokens if args.host_tokens is not None else 2 * args.capacity_tokens
+    cfg = LiveConfig(args.capacity_tokens, host, args.tokens_per_block, args.block_tokens, args.speedup,
+                     args.concurrency)
+    model = model_config()
+    longest = max((len(r.blocks) for r in trace.requests), default=0) * cfg.tokens_per_block
+    room = min(cfg.device_pool_tokens, int(model["max_position_embeddings"]) - 1)  # one position for the reply
+    if longest > room:
+        parser.error(f"the longest prompt ({longest} tokens) does not fit the device pool "
+                     f"({cfg.device_pool_tokens} tokens) or the model's context: raise --capacity-tokens or "
+                     f"lower --tokens-per-block")
+    log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="live-replay-"))
+    # SIGTERM unwinds like an exception, so the `finally` that stops the running server runs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    report = live_replay(trace, names, cfg, log_dir, int(model["vocab_size"]))
+    if args.json:
+        print(json.dumps(report, indent=2))  # servers in the order run
+    else:
+        print(table(report))
+    return 0 if all(s["failures"] == 0 for s in report["servers"].values()) else 1

@@ -1,0 +1,187 @@
+"""Live trace replay (benchmarks/live_replay.py): block -> token mapping, hit counting and pacing without
+servers; then a short slice of the conversation trace against real stock and tiered servers, live beside
+offline."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from benchmarks.live_replay import (BlockTokens, Sent, hit_tokens_by_tier, live_hit_blocks, percentile,
+                                    send_rows)
+from benchmarks.trace import TRACES_DIR, parse_rows
+
+K = 16
+
+
+def test_a_block_is_the_same_run_of_ids_wherever_it_appears():
+    a, b = BlockTokens(K, 2048), BlockTokens(K, 2048)
+    a.prompt([3, 5])
+    assert a.run(7) == b.run(7)  # seeded by the block id, not by the order blocks are met
+    assert a.run(7) != a.run(8)
+    assert len(a.run(7)) == K and all(0 <= t < 2048 for b_ in range(200) for t in a.run(b_))
+    small = BlockTokens(K, 3)
+    assert {t for b_ in range(50) for t in small.run(b_)} == {0, 1, 2}  # within the vocabulary, all of it
+
+
+def test_prompts_share_exactly_the_tokens_of_their_shared_blocks():
+    m = BlockTokens(K, 2048)
+    x, y = m.prompt([1, 2, 3, 4]), m.prompt([1, 2, 9])
+    assert len(x) == 4 * K and len(y) == 3 * K
+    assert x[: 2 * K] == y[: 2 * K]
+    assert x[2 * K] != y[2 * K]  # block 3 vs block 9 part at the block boundary (these seeds differ there)
+
+
+@pytest.mark.parametrize("cached, expected", [
+    (0, 0), (K - 1, 0), (K, 1), (2 * K + 5, 2),
+    (4 * K - 1, 4),  # a full hit: SGLang serves all but the last prompt token from cache
+    (4 * K, 4),
+])
+def test_live_hit_blocks(cached, expected):
+    assert live_hit_blocks(cached, 4, K) == expected
+
+
+def test_hit_tokens_count_trace_tokens_per_tier_like_the_replay():
+    req = parse_rows([{"timestamp": 0, "input_length": 3 * 512 + 100, "hash_ids": [1, 2, 3, 4]}]).requests[0]
+    assert hit_tokens_by_tier(req, 2 * K, {"device": 2 * K, "host": 0}, K, 512) == {"device": 1024}
+    # a full hit, partly from host: the last block is partial (100 tokens), as `replay` counts it
+    assert hit_tokens_by_tier(req, 4 * K - 1, {"device": K, "host": 3 * K - 1}, K, 512) == {
+        "device": 512, "host": 2 * 512 + 100}
+    # no breakdown (or one that does not add up): all device
+    assert hit_tokens_by_tier(req, 3 * K, None, K, 512) == {"device": 3 * 512}
+    assert hit_tokens_by_tier(req, 3 * K, {"device": 1}, K, 512) == {"device": 3 * 512}
+    assert hit_tokens_by_tier(req, 0, None, K, 512) == {"device": 0}
+
+
+def test_summary_counts_hits_over_all_the_trace_prompt_tokens_and_failures_apart():
+    from benchmarks.live_replay import LiveConfig, ServerRun, summarize
+
+    trace = parse_rows([{"timestamp": 0, "input_length": 1000, "hash_ids": [1, 2]},
+                        {"timestamp": 1, "input_length": 1000, "hash_ids": [1, 2]},
+                        {"timestamp": 2, "input_length": 600, "hash_ids": [1, 3]}])
+    sent = [Sent(0, True, 0, None, 0.1), Sent(1, True, 2 * K - 1, None, 0.3), Sent(2, False, error="boom")]
+    run = ServerRun("stock", sent, wall_s=2.0, offline={"token_hit_rate": 0.4, "hit_tokens_by_tier": {},
+                                                        "admissions_rejected": 0, "radix_tokens_per_block": K})
+    s = summarize(run, trace, LiveConfig(10_000, 20_000, K, 512, 0.0, 1))
+    assert s["token_hit_rate"] == 1000 / 2600  # the failed row's tokens stay in the denominator
+    assert (s["requests"], s["failures"], s["full_hit_rows"], s["first_error"]) == (2, 1, 1, "boom")
+    assert (s["ttft_ms_p99"], s["ttft_ms_mean"], s["requests_per_s"]) == (300.0, 200.0, 1.0)
+
+
+def test_percentile_nearest_rank():
+    assert percentile([], 0.5) == 0.0
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
+    assert percentile([float(i) for i in range(101)], 0.99) == 99.0
+
+
+class FakeClock:
+    """Time that moves only when the sender sleeps."""
+
+    def __init__(self):
+        self.t, self.sleeps = 100.0, []
+
+    def now(self):
+        return self.t
+
+    def sleep(self, s):
+        self.sleeps.append(round(s, 9))
+        self.t += s
+
+
+def test_rows_go_out_at_their_trace_time_divided_by_the_speedup():
+    clock = FakeClock()
+    sent = send_rows(lambda i: Sent(i, True), [5.0, 15.0, 15.0, 35.0], speedup=10, concurrency=1,
+                     clock=clock.now, sleep=clock.sleep)
+    assert clock.sleeps == [1.0, 2.0]  # rows at +1 s (two of them) and +3 s
+    assert [s.index for s in sent] == [0, 1, 2, 3] and all(s.ok for s in sent)
+    clock = FakeClock()
+    send_rows(lambda i: Sent(i, True), [5.0, 15.0, 35.0], speedup=0, concurrency=1, clock=clock.now,
+              sleep=clock.sleep)
+    assert clock.sleeps == []  # speedup 0: no waiting
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_at_most_concurrency_requests_in_flight_and_all_of_them_used(concurrency):
+    lock, state = threading.Lock(), {"now": 0, "max": 0}
+    all_in = threading.Barrier(concurrency)
+
+    def send(i):
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        if i < concurrency:
+            all_in.wait(timeout=30)  # the first `concurrency` rows are in flight together
+        with lock:
+            state["now"] -= 1
+        return Sent(i, i != 4, error="" if i != 4 else "boom")
+
+    sent = send_rows(send, [0.0] * 12, speedup=0, concurrency=concurrency)
+    assert state["max"] == concurrency
+    assert [s.ok for s in sent] == [i != 4 for i in range(12)]
+
+
+@pytest.mark.parametrize("extra, named", [
+    (["--servers", "stock,nope"], "--servers"),
+    (["--servers", "stock,stock"], "--servers"),
+    (["--trace", "no-such-trace.jsonl"], "--trace"),
+    (["--capacity-tokens", "100"], "--capacity-tokens"),
+    (["--host-tokens", "10"], "--host-tokens"),
+    (["--limit", "300", "--tokens-per-block", "64"], "does not fit"),  # a 236-block row: 15,104 ids > context
+])
+def test_bad_command_lines_exit_2_naming_the_problem(extra, named, capsys):
+    from benchmarks.__main__ import main
+
+    argv = ["live-replay", "--trace", "conversation", "--capacity-tokens", "1e6"]
+    with pytest.raises(SystemExit) as e:
+        main(argv + extra)
+    assert e.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_table_reports_a_server_that_did_not_start_and_the_ratios_of_ours_to_stock():
+    from benchmarks.live_replay import table
+
+    row = {"token_hit_rate": 0.05, "offline_token_hit_rate": 0.04, "ttft_ms_p50": 10.0, "ttft_ms_p90": 20.0,
+           "ttft_ms_p99": 40.0, "ttft_ms_mean": 20.0, "requests_per_s": 1.0, "failures": 0}
+    out = table({"servers": {"stock": row, "tiered": {**row, "ttft_ms_mean": 10.0, "ttft_ms_p99": 60.0},
+                             "hicache": {"error": "hicache exited with 1:\nlog", "failures": 3}}})
+    assert "| stock | 0.0500 | 0.0400 | +0.0100 |" in out
+    assert "| hicache | did not start: hicache exited with 1: |" in out
+    assert "tiered / stock: TTFT mean 0.50x, p99 1.50x" in out and "tiered-host" not in out
+
+
+# ---- against real servers ----
+
+ROWS = 120
+CAPACITY = 200_000  # trace tokens: 390 of the slice's ~3,000 distinct blocks fit, so both servers evict
+FIELDS = {"token_hit_rate", "offline_token_hit_rate", "hit_tokens_by_tier", "ttft_ms_p50", "ttft_ms_p90",
+          "ttft_ms_p99", "ttft_ms_mean", "requests", "failures", "requests_per_s", "tier_stats"}
+
+
+@pytest.mark.server
+def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys):
+    from benchmarks.__main__ import main
+
+    with open(TRACES_DIR / "mooncake_conversation.jsonl") as f:
+        rows = [json.loads(next(f)) for _ in range(ROWS)]
+    rows.append(rows[-1])  # the last row again: a full hit, which SGLang reports as len - 1 cached tokens
+    trace = tmp_path / "slice.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc = main(["live-replay", "--trace", str(trace), "--capacity-tokens", str(CAPACITY), "--servers",
+               "stock,tiered", "--concurrency", "1", "--json", "--log-dir", str(tmp_path / "logs")])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0, report
+    assert report["config"]["device_pool_tokens"] == CAPACITY * K // 512
+    for name in ("stock", "tiered"):
+        s = report["servers"][name]
+        assert FIELDS <= set(s), FIELDS - set(s)
+        assert (s["requests"], s["failures"]) == (ROWS + 1, 0)
+        assert s["device_pool_tokens"] == CAPACITY * K // 512  # the server built the pool asked for
+        assert s["offline_token_hit_rate"] > 0
+        assert abs(s["token_hit_rate"] - s["offline_token_hit_rate"]) <= 0.01, (name, s)
+        assert 0 < s["ttft_ms_p50"] <= s["ttft_ms_p90"] <= s["ttft_ms_p99"]
+    assert report["servers"]["stock"]["full_hit_rows"] >= 1  # the repeated row (tiered may have declined it)
+    assert report["servers"]["stock"]["tier_stats"] is None
+    device = report["servers"]["tiered"]["tier_stats"]["tiers"]["device"]
+    assert device["evictions"] > 0  # contended
