@@ -61,6 +61,23 @@ _ROOT_KEY = 0
 _DECISION = "_tier_admission"  # set on SGLang's Req once its remainder is decided: "admitted" or "declined"
 
 
+def peek_path(root, key, page_size: int):
+    """(nodes `key` passes through, matched length, node the remainder would hang from), changing nothing: the one
+    read-only walk of a radix tree, shared by the device-only and the host-tier cache."""
+    node, matched, path = root, 0, []
+    while matched < len(key):
+        child = node.children.get(key.child_key_at(matched, page_size))
+        if child is None:
+            break
+        m = child.key.match_at(key, matched, page_size=page_size)
+        path.append(child)
+        matched += m
+        node = child
+        if m < len(child.key):
+            break
+    return path, matched, node
+
+
 class _DeclinedWhileRunning(Exception):
     """Raised by `insert` inside `cache_unfinished_req` when the policy declines, before anything changed."""
 
@@ -335,23 +352,7 @@ class TieredRadixCache(RadixCache):
 
     # ---- internals ----
     def _peek(self, key):
-        """(nodes the key passes through, matched length, node the remainder would hang from): no changes."""
-        node = self.root_node
-        matched = 0
-        path = []
-        n = len(key)
-        ps = self.page_size
-        while matched < n:
-            child = node.children.get(key.child_key_at(matched, ps))
-            if child is None:
-                break
-            m = child.key.match_at(key, matched, page_size=ps)
-            path.append(child)
-            matched += m
-            node = child
-            if m < len(child.key):
-                break
-        return path, matched, node
+        return peek_path(self.root_node, key, self.page_size)
 
     def _evict_tokens(self, num_tokens: int, protected) -> int:
         if num_tokens <= 0:

@@ -52,6 +52,7 @@ from sglang.srt.mem_cache.utils import get_eviction_strategy
 
 from sglang_ext.serving_cache import ServedRequests, tenant_label
 from sglang_ext.tier_views import TierView
+from sglang_ext.tiered_cache import peek_path
 from tiers.clock import MonotonicClock
 from tiers.policy import Candidate, create_policy
 from tiers.retention import Retention
@@ -133,19 +134,8 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
 
     # ---- requests: recording and insert ----
     def _peek(self, key):
-        """(nodes the key passes through, on any tier; matched length): changes nothing."""
-        node, matched, path, page = self.root_node, 0, [], self.page_size
-        while matched < len(key):
-            child = node.children.get(key.child_key_at(matched, page))
-            if child is None:
-                break
-            m = child.key.match_at(key, matched, page_size=page)
-            path.append(child)
-            matched += m
-            node = child
-            if m < len(child.key):
-                break
-        return path, matched, node
+        """(nodes the key passes through, on any tier; matched length, last node): changes nothing."""
+        return peek_path(self.root_node, key, self.page_size)
 
     def _walk(self, key):
         """The nodes along `key` after an insert made its whole path (stops early on a partial match)."""
