@@ -19,6 +19,11 @@ Design note
   what the strategies compare, and a counter preserves the order of real calls.
 - Evicted blocks are observed through the allocator: the replay inserts each radix token id as its KV
   "index", so the values a cache frees are exactly the ids of the tokens (and so the blocks) it dropped.
+- `output_tokens` (default 0): each request also generates that many tokens, which no later prompt contains
+  (a live replay sends `max_new_tokens=1` and the trace's next turn carries its own blocks). The engines then
+  do what SGLang's `cache_finished_req` does: insert prompt + output, then re-insert the prompt alone
+  (topology only, `chunked=True`), which splits the new leaf at the prompt boundary. Output ids are negative,
+  so they never match a block and never map back to one.
 """
 
 from __future__ import annotations
@@ -100,11 +105,43 @@ class RadixUnits:
         return array("q", [b * r + j for b in blocks for j in offsets])
 
     def blocks(self, tokens: Sequence[int]) -> List[int]:
-        """Block ids of freed tokens, each once, in the order first seen."""
+        """Block ids of freed tokens, each once, in the order first seen (output tokens, < 0, are no block)."""
         r = self.per_block
         if r == 1:
-            return list(tokens)
-        return list(dict.fromkeys(t // r for t in tokens))
+            return [t for t in tokens if t >= 0]
+        return list(dict.fromkeys(t // r for t in tokens if t >= 0))
+
+
+class OutputTokens:
+    """Distinct negative token ids standing for what each request generates (none when `per_request` is 0)."""
+
+    def __init__(self, per_request: int = 0):
+        if per_request < 0:
+            raise ValueError(f"output tokens must be >= 0, got {per_request}")
+        self.per_request = per_request
+        self._next = -1
+
+    def take(self) -> array:
+        n = self.per_request
+        ids = array("q", range(self._next, self._next - n, -1))
+        self._next -= n
+        return ids
+
+
+def insert_finished(cache, prompt: array, output: array, priority: int = 0, **insert_kwargs):
+    """Cache a finished request as SGLang's cache_finished_req does: prompt + output, then (if there is
+    output and the first insert kept anything) the prompt again, topology only. Returns the first insert's
+    result."""
+    import torch
+
+    _, InsertParams, _, RadixKey = _radix_api()
+    ids = prompt + output if output else prompt
+    value = torch.tensor(ids, dtype=torch.int64)
+    result = cache.insert(InsertParams(key=RadixKey(ids), value=value, priority=priority), **insert_kwargs)
+    if output and result.prefix_len < len(ids):
+        cache.insert(InsertParams(key=RadixKey(prompt), value=value[: len(prompt)], priority=priority + 1,
+                                  chunked=True))
+    return result
 
 
 class _RecordingAllocator:
@@ -137,17 +174,21 @@ def _radix_api():
 
 class StockRadixEngine:
     def __init__(
-        self, policy: str, capacity_blocks: int, policy_config: Optional[dict] = None, radix_tokens_per_block: int = 1
+        self,
+        policy: str,
+        capacity_blocks: int,
+        policy_config: Optional[dict] = None,
+        radix_tokens_per_block: int = 1,
+        output_tokens: int = 0,
     ):
-        import torch
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.radix_cache import RadixCache
 
         if policy not in STOCK_POLICIES:
             raise ValueError(f"unknown stock policy {policy!r}; choose one of {', '.join(STOCK_POLICIES)}")
-        self._torch = torch
         self._api = _radix_api()
         self.units = RadixUnits(radix_tokens_per_block)
+        self.outputs = OutputTokens(output_tokens)
         self.capacity_blocks = capacity_blocks
         self.capacity = capacity_blocks * radix_tokens_per_block  # in radix tokens
         self.allocator = _RecordingAllocator()
@@ -169,7 +210,7 @@ class StockRadixEngine:
         return self.cache.evictable_size() + self.cache.protected_size()
 
     def access(self, req: Request) -> Access:
-        EvictParams, InsertParams, MatchPrefixParams, RadixKey = self._api
+        EvictParams, _, MatchPrefixParams, RadixKey = self._api
         units = self.units
         kept = req.blocks[: self.capacity_blocks]  # a prompt longer than the cache keeps its head
         ids = units.tokens(kept)
@@ -180,13 +221,13 @@ class StockRadixEngine:
         node = match.last_device_node
         self.cache.inc_lock_ref(node)
         try:
-            overflow = self.size() + max(0, len(ids) - hit_tokens) - self.capacity
+            output = self.outputs.take()
+            overflow = self.size() + max(0, len(ids) - hit_tokens) + len(output) - self.capacity
             if overflow > 0:
                 t0 = time.perf_counter_ns()
                 self.cache.evict(EvictParams(num_tokens=overflow))
                 self._policy_ns += time.perf_counter_ns() - t0
-            value = self._torch.tensor(ids, dtype=self._torch.int64)
-            self.cache.insert(InsertParams(key=RadixKey(ids), value=value, priority=req.priority))
+            insert_finished(self.cache, ids, output, req.priority)
         finally:
             self.cache.dec_lock_ref(node)
         evicted = units.blocks(self.allocator.take())
@@ -213,13 +254,13 @@ class TieredEngine:
         clock,
         policy_config: Optional[dict] = None,
         radix_tokens_per_block: int = 1,
+        output_tokens: int = 0,
     ):
-        import torch
         from sglang_ext.tiered_cache import TieredRadixCache
 
-        self._torch = torch
         self._api = _radix_api()
         self.units = RadixUnits(radix_tokens_per_block)
+        self.outputs = OutputTokens(output_tokens)
         self.capacity = capacity_blocks * radix_tokens_per_block  # in radix tokens
         self.allocator = _RecordingAllocator()  # evictions are observed as for the stock tree
         self.cache = TieredRadixCache.create_simulated(
@@ -231,14 +272,13 @@ class TieredEngine:
         )
 
     def access(self, req: Request) -> Access:
-        _, InsertParams, MatchPrefixParams, RadixKey = self._api
+        _, _, MatchPrefixParams, RadixKey = self._api
         units = self.units
         ids = units.tokens(req.blocks)
         match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(ids)))
         hit = len(match.device_indices) // units.per_block
-        value = self._torch.tensor(ids, dtype=self._torch.int64)
         rejected = self.cache.tier_stats().admissions_rejected
-        self.cache.insert(InsertParams(key=RadixKey(ids), value=value, priority=req.priority), ttl_s=req.ttl_s)
+        insert_finished(self.cache, ids, self.outputs.take(), req.priority, ttl_s=req.ttl_s)
         declined = req.blocks[hit:] if self.cache.tier_stats().admissions_rejected > rejected else ()
         return Access(hit_blocks=hit, evicted=units.blocks(self.allocator.take()), declined=declined)
 
@@ -276,15 +316,16 @@ def make_engine(
     clock,
     policy_config=None,
     radix_tokens_per_block: int = 1,
+    output_tokens: int = 0,
 ):
     """An engine by benchmark policy name (see `known_policies()`). The reference engines count blocks and
-    ignore `radix_tokens_per_block`."""
+    ignore `radix_tokens_per_block` and `output_tokens`."""
     from benchmarks.belady import BeladyEngine, InfiniteEngine, ReuseOracleEngine
 
     if capacity_blocks <= 0:
         raise ValueError(f"capacity must hold at least one block, got {capacity_blocks} blocks")
     if name in STOCK_POLICIES:
-        return StockRadixEngine(name, capacity_blocks, policy_config, radix_tokens_per_block)
+        return StockRadixEngine(name, capacity_blocks, policy_config, radix_tokens_per_block, output_tokens)
     if name == "opt":
         return BeladyEngine(capacity_blocks, requests)
     if name == "infinite":
@@ -295,5 +336,5 @@ def make_engine(
         return ReuseOracleEngine(capacity_blocks, requests, admit_all=True)
     tiered = name[len(TIERED_PREFIX):] if name.startswith(TIERED_PREFIX) else name
     if tiered in tiered_policy_names() or tiered == "tinylfu":
-        return TieredEngine(tiered, capacity_blocks, clock, policy_config, radix_tokens_per_block)
+        return TieredEngine(tiered, capacity_blocks, clock, policy_config, radix_tokens_per_block, output_tokens)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(known_policies())}")

@@ -212,3 +212,22 @@ def test_retained_prefix_outlives_unretained_until_ttl():
     clock.set(60)
     ins(c, [7, 7, 7, 7])
     assert hit(c, [1, 2, 3, 4]) == 0
+
+
+def finish(c, prompt, output):
+    """What SGLang's cache_finished_req does: insert prompt + output, then re-insert the prompt alone (a
+    topology-only insert, `chunked=True`), which splits the new leaf at the prompt boundary."""
+    ins(c, prompt + output)
+    c.insert(InsertParams(key=key(prompt), value=torch.arange(len(prompt), dtype=torch.int64), chunked=True))
+
+
+@pytest.mark.parametrize("name", ["tinylfu", "reuse-gate"])
+def test_one_shot_prompts_are_declined_when_finished_the_way_sglang_finishes_them(name):
+    """Guards: the gate losing a new suffix's event when SGLang splits the leaf at the prompt boundary right
+    after inserting it (the split's front kept the key, and its report withdrew the event). The gate then never
+    saw a suffix go unreused, its classes kept their prior, and the live server declined nothing."""
+    c = TieredRadixCache.create_simulated(policy=name, capacity_tokens=64, clock=ManualClock())
+    for i in range(200):  # distinct 8-token prompts, each with one output token, never asked again
+        finish(c, [1000 + 10 * i + j for j in range(8)], [5])
+    assert c.tier_stats().admissions_rejected > 0
+    check_invariants(c)

@@ -75,6 +75,7 @@ class ReuseGate:
         self._open: "OrderedDict[Hashable, Tuple[int, int, int, int]]" = OrderedDict()
         self._open_units = 0  # units of the open events
         self._returning: "OrderedDict[Hashable, int]" = OrderedDict()  # key just recorded -> times back
+        self._just_opened: Hashable = None  # the key the last `opened` call started an event for
 
     def class_of(self, depth: int, size: int) -> int:
         # size bucket: log2 of size / capacity, from 2^-20 of the capacity up (the bucket of 2^-20 .. 2^-19
@@ -101,10 +102,16 @@ class ReuseGate:
         return False
 
     def opened(self, key: Hashable, depth: int, size: int) -> None:
-        """A new suffix entered the tier (or was declined): its event starts now."""
-        returns = self._returning.pop(key, 0)
+        """A new suffix entered the tier (or was declined): its event starts now. A key whose event is still
+        open is the same suffix reported again (the front part of a split, which keeps the key): its event
+        goes on as it was. SGLang splits a finished request's new leaf at once (prompt | output), so resetting
+        or dropping the event there would hide every live suffix from the gate."""
         pending = self._open
-        self._close(key)
+        if key in pending:
+            self._just_opened = None
+            return
+        returns = self._returning.pop(key, 0)
+        self._just_opened = key
         units = max(size, 1)
         pending[key] = (self.class_of(depth + returns, size), self.traffic, returns, units)
         self._open_units += units
@@ -113,8 +120,11 @@ class ReuseGate:
             self._expire_oldest()
 
     def withdraw(self, key: Hashable) -> None:
-        """`key` was reported as new but is not a new suffix (the front part of a split)."""
-        self._close(key)
+        """`key` was reported as new (`opened`, just before) but is the front part of a split: the event that
+        report opened goes (one it found open and kept stays)."""
+        if self._just_opened == key:
+            self._close(key)
+        self._just_opened = None
 
     def _close(self, key: Hashable):
         """Remove `key`'s open event (if any) without counting it; returns it."""
