@@ -7,13 +7,18 @@ measured in one run on the same scattered pages:
 - memcpy: ctypes.memmove of each page inside this process (the baseline every ratio is against);
 - NIXL READ to a second process, all pages as ONE transfer (raw: no control plane, no checksums);
 - the peer tier's get end to end: PeerClient.get against a real peer server process (lookup round trip,
-  NIXL READs straight into the destination, the checksum of every page computed and compared, overlapped
-  with the next chunk's READ);
+  NIXL READs straight into the destination, pages in a row on both sides as one descriptor, the checksum
+  of every page computed and compared: on hashing threads overlapped with the next READ unless the load
+  average says the machine is saturated, else by the caller right after each READ; overlap.py). The
+  pages were put in one batch into a fresh pool, so they sit in a row in the peer's pool and land in a
+  row locally (one descriptor per READ); the raw NIXL READ above reads scattered slots;
+- the same get into scattered destination pages (page i lands in local slot perm(i)): no two pages in a
+  row locally, so one descriptor per page, as into a fragmented host pool;
 - the table also gives NIXL one page per transfer, NIXL WRITE, the in-process LocalTransport and the peer
   tier's put.
-The headline three are measured round-robin (memcpy, READ, get, memcpy, ...) so a load spike on the shared
-machine hits all of them alike; each figure is the median of `--repeats` rounds. Prints a markdown table,
-or with `--json` one object for one page size (64 KiB unless `--page-kib` is given).
+The headline four are measured round-robin (memcpy, READ, get, scattered get, memcpy, ...) so a load spike
+on the shared machine hits all of them alike; each figure is the median of `--repeats` rounds. Prints a
+markdown table, or with `--json` one object for one page size (64 KiB unless `--page-kib` is given).
 """
 
 from __future__ import annotations
@@ -147,7 +152,8 @@ class PageSet:
 
 
 def measure(passive: Passive, n: int, page: int, repeats: int, full: bool) -> List[Row]:
-    """Rows for one page size; the first three are memcpy, NIXL READ batched, peer get (round-robin).
+    """Rows for one page size; the first four are memcpy, NIXL READ batched, peer get, peer get into
+    scattered pages (round-robin).
 
     A peer server of its own per page size (a pool holds one page size)."""
     from tiers.peer.client import PeerClient
@@ -166,10 +172,12 @@ def measure(passive: Passive, n: int, page: int, repeats: int, full: bool) -> Li
         ps.local[:] = ps.src[: ps.total]
         if not all(client.put("bench", keys, pages)):
             raise RuntimeError("the peer server did not store every page (pool too small?)")
+        scattered = [pages[int(j)] for j in np.random.default_rng(2).permutation(n)]
         headline = round_robin({
             "memcpy": ps.memcpy,
             "NIXL READ": lambda: t.read(peer, ps.local_ranges, ps.remote_ranges, deadline_in(30)),
             "peer tier get": lambda: _checked_get(client, keys, pages),
+            "peer tier get, scattered destination": lambda: _checked_get(client, keys, scattered),
         }, repeats)
         rows = [Row(name, "batched" if name != "memcpy" else "page at a time", s, ps.total)
                 for name, s in headline.items()]
@@ -221,12 +229,13 @@ def _secondary_rows(t, peer, client, ps: PageSet, pages, repeats: int) -> List[R
 
 
 def summary(rows: List[Row], page_kib: int, n: int) -> dict:
-    memcpy, read, get = rows[0], rows[1], rows[2]
+    memcpy, read, get, scattered = rows[0], rows[1], rows[2], rows[3]
     return {
         "page_kib": page_kib, "pages": n, "total_bytes": memcpy.total_bytes, "repeats": len(memcpy.seconds),
         "ucx_tls": os.environ.get("UCX_TLS", "default"),
         "memcpy_gbps": memcpy.gbps, "nixl_read_gbps": read.gbps, "peer_get_gbps": get.gbps,
         "nixl_read_ratio": read.gbps / memcpy.gbps, "peer_get_ratio": get.gbps / memcpy.gbps,
+        "peer_get_scattered_gbps": scattered.gbps, "peer_get_scattered_ratio": scattered.gbps / memcpy.gbps,
         "memcpy_gbps_range": memcpy.spread, "nixl_read_gbps_range": read.spread, "peer_get_gbps_range": get.spread,
     }
 

@@ -15,6 +15,8 @@ Design notes (observed on these machines: nixl 1.5.1, UCX over loopback, no GPU)
   it (`settled()`) releases the handle once the state leaves PROC. While a peer has late reads, a
   `disconnect` only hides it from new transfers; the agent is removed when its last late read settles.
   A handle that refuses to be released is kept and retried at `close()` rather than leaked silently.
+- Descriptors: a transfer's pairs that continue each other on both sides are merged first (`coalesced`):
+  512 x 64 KiB as 512 descriptors took ~6.5 ms, as one ~3.7 ms (cma, idle machine).
 - The bindings raise exceptions with no common base (nixlRemoteDisconnectError, nixlNotFoundError, ...),
   and some helpers return None after only logging: both become `TransferError`.
 """
@@ -27,7 +29,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Dict, List, Sequence, Set
+from typing import Dict, List, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -59,6 +61,30 @@ def _descs(ranges: Sequence[Range]) -> np.ndarray:
     if ranges:
         arr[:, :2] = np.asarray(ranges, dtype=np.uint64)
     return arr  # column 2: device id, always 0 for DRAM
+
+
+def coalesced(local: Sequence[Range], remote: Sequence[Range]) -> Tuple[List[Range], List[Range]]:
+    """The pairs as fewer, longer pairs: a pair that continues the previous one on both sides joins it.
+
+    Same bytes, same pairing, fewer descriptors: a prepared transfer's cost grows with its descriptor count
+    (512 x 64 KiB: ~1.7x the time of the same bytes as one range), and pages stored in a row at the peer
+    that land in a row locally become one range. Lengths must already pair up (check_ranges). A plain loop:
+    numpy's conversion of a list of pairs costs more than the loop."""
+    out_l: List[Range] = []
+    out_r: List[Range] = []
+    at_l = at_r = n = 0
+    for (a, k), (b, _) in zip(local, remote):
+        if n and a == at_l + n and b == at_r + n:
+            n += k
+            continue
+        if n:
+            out_l.append((at_l, n))
+            out_r.append((at_r, n))
+        at_l, at_r, n = a, b, k
+    if n:
+        out_l.append((at_l, n))
+        out_r.append((at_r, n))
+    return out_l, out_r
 
 
 def _backoff(start: float) -> None:
@@ -194,8 +220,13 @@ class NixlTransport(Transport):
         if peer not in self._peers:
             raise TransferError(f"unknown peer {peer!r}: connect first")
         agent = self._agent
-        local_dl = self._call("get_xfer_descs", agent.get_xfer_descs, _descs(local), _MEM)
-        remote_dl = self._call("get_xfer_descs", agent.get_xfer_descs, _descs(remote), _MEM)
+        runs = coalesced(local, remote)
+        try:
+            descs = _descs(runs[0]), _descs(runs[1])
+        except (OverflowError, ValueError) as e:  # an address outside [0, 2**64): a caller bug
+            raise TransferError(f"bad range: {e}") from e
+        local_dl = self._call("get_xfer_descs", agent.get_xfer_descs, descs[0], _MEM)
+        remote_dl = self._call("get_xfer_descs", agent.get_xfer_descs, descs[1], _MEM)
         if local_dl is None or remote_dl is None:
             raise TransferError("could not build descriptor lists")
         handle = self._call(f"{op} initialize_xfer", agent.initialize_xfer, op, local_dl, remote_dl, peer, notify)

@@ -118,6 +118,34 @@ def test_batched_read_is_bit_exact(pair):
         assert np.array_equal(local[i * PAGE : (i + 1) * PAGE], expected[o : o + PAGE]), f"page {i}"
 
 
+def test_ranges_in_a_row_on_both_sides_merge_and_stay_bit_exact(pair):
+    """NIXL merges pairs that continue each other on both sides into one descriptor; a pair that continues
+    only locally, or only remotely, must stay apart or its bytes would come from the wrong place."""
+    local_slots = [0, 1, 2, 3, 4, 5, 6, 8, 7, 9, 10, 11]
+    remote_slots = [10, 11, 12, 13, 14, 15, 30, 31, 50, 51, 49, 48]
+    local = np.zeros(12 * PAGE, dtype=np.uint8)
+    pair.initiator.register(local.ctypes.data, local.nbytes)
+    pair.initiator.read(
+        pair.peer,
+        [(local.ctypes.data + s * PAGE, PAGE) for s in local_slots],
+        [(pair.remote_addr + s * PAGE, PAGE) for s in remote_slots],
+        deadline_in(DEADLINE_S),
+    )
+    expected = pattern(7)
+    for ls, rs in zip(local_slots, remote_slots):
+        assert np.array_equal(local[ls * PAGE : (ls + 1) * PAGE], expected[rs * PAGE : (rs + 1) * PAGE]), ls
+
+
+def test_coalesced_joins_only_what_continues_on_both_sides():
+    from transfer.nixl_transport import coalesced
+
+    local = [(100, 10), (110, 5), (115, 5), (200, 10), (210, 10), (300, 1)]
+    remote = [(0, 10), (10, 5), (50, 5), (55, 10), (65, 10), (75, 1)]
+    assert coalesced(local, remote) == ([(100, 15), (115, 5), (200, 20), (300, 1)],
+                                        [(0, 15), (50, 5), (55, 20), (75, 1)])
+    assert coalesced([], []) == ([], [])
+
+
 def test_batched_write_is_bit_exact_and_notifies(pair):
     rng = np.random.default_rng(2)
     remote_offsets = _scatter(rng, 150)

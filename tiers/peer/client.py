@@ -8,8 +8,9 @@ import socket
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tiers.peer.overlap import CHUNK_BYTES, HASH_SLICE_BYTES, chunks, move_and_hash
+from tiers.peer.overlap import CHUNK_BYTES, HASH_SLICE_BYTES, chunks, move_and_hash, saturated
 from tiers.peer.protocol import PROTOCOL_VERSION, PeerError, page_checksum, scoped_key
+from tiers.peer.requests import MAX_CHECKSUM_CHARS
 from tiers.peer.store import StoreStats
 from transfer.base import Range, Transport, TransferError, TransferTimeout, deadline_in, remaining
 from transfer.control import recv_message, send_message
@@ -17,14 +18,25 @@ from transfer.control import recv_message, send_message
 logger = logging.getLogger("peer_client")
 
 
+def _integer(fields: dict, name: str, lo: int, hi: int) -> int:
+    """A field of a peer's answer that must be an integer in [lo, hi] (a lying peer fails the call)."""
+    value = fields[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise TransferError(f"peer answered {name}={value!r}, not an integer in [{lo}, {hi}]")
+    return value
+
+
 class PeerClient:
     """One connection to one peer server, for pages of `page_bytes` bytes.
 
     A page is given as a list of local ranges (pieces, in order) that together hold `page_bytes` bytes;
     the local memory must be registered with `transport`. Pages move straight between that memory and
-    the peer's pool (no staging copy), in chunks of about `chunk_bytes`, each chunk's checksums computed
-    while the next chunk moves (tiers/peer/overlap.py). Each side hashes a page once: the writer before
-    commit, the reader after its READ.
+    the peer's pool (no staging copy), in runs of at most `chunk_bytes`, pages in a row on both sides as
+    one descriptor; the checksums are computed while the pages move, on hashing threads unless the
+    machine is saturated (`hash_threads=None`; True or False forces the choice), else by this thread
+    right after each run (tiers/peer/overlap.py). Each side hashes a page once: the writer before commit, the reader after
+    its READ. Every field of the peer's answers is checked before any byte moves (`_found`): a lying
+    peer fails the call, and can make no READ or WRITE leave the pool it announced.
 
     Every call finishes by its `deadline` (absolute, `time.monotonic()`; default: `timeout_s` from now),
     waiting for the client's lock included, or raises `TransferError` (`TransferTimeout` for a missed
@@ -37,16 +49,18 @@ class PeerClient:
     """
 
     def __init__(self, host: str, port: int, transport: Transport, page_bytes: int, timeout_s: float = 2.0,
-                 chunk_bytes: int = CHUNK_BYTES):
+                 chunk_bytes: int = CHUNK_BYTES, hash_threads: Optional[bool] = None):
         self.host, self.port = host, int(port)
         self.transport = transport
         self.page_bytes = page_bytes
         self.timeout_s = timeout_s
         self.chunk_bytes = chunk_bytes
+        self.hash_threads = hash_threads  # None: hashing threads unless the machine is saturated (overlap.py)
         self._lock = threading.Lock()
         self._sock: Optional[socket.socket] = None
         self._peer: Optional[str] = None
         self._pool_addr = 0
+        self._pool_bytes = 0
         self.corrupt_pages = 0  # pages whose checksum failed after a read (guarded by _lock)
 
     @property
@@ -74,7 +88,8 @@ class PeerClient:
         body = {"op": "hello", "version": PROTOCOL_VERSION, "page_bytes": self.page_bytes,
                 "client": self.transport.name}
         info, blob = self._roundtrip(body, deadline)
-        self._pool_addr = int(info["pool_addr"])
+        self._pool_addr = _integer(info, "pool_addr", 1, (1 << 64) - 1)
+        self._pool_bytes = _integer(info, "pool_bytes", self.page_bytes, (1 << 64) - 1 - self._pool_addr)
         self._peer = self.transport.connect(blob, deadline)
 
     def _closed_by_peer(self) -> bool:
@@ -118,14 +133,28 @@ class PeerClient:
 
     def _check_pages(self, pages: Sequence[Sequence[Range]]) -> None:
         for p in pages:
-            if sum(n for _, n in p) != self.page_bytes:
+            if (p[0][1] if len(p) == 1 else sum(n for _, n in p)) != self.page_bytes:
                 raise ValueError(f"a page must hold {self.page_bytes} bytes, got {sum(n for _, n in p)}")
 
-    def _remote(self, offset: int, page: Sequence[Range]) -> List[Range]:
-        out, at = [], self._pool_addr + offset
-        for _, n in page:
-            out.append((at, n))
-            at += n
+    def _found(self, resp: dict, n: int) -> List[Optional[Tuple[int, str]]]:
+        """A lookup answer checked field by field: (offset, checksum) or None per key. The peer may lie:
+        an offset must name a whole slot inside the pool it announced (so every READ stays inside memory
+        the peer registered), a checksum must be a string; anything else fails the call (TransferError)."""
+        pages = resp["pages"]
+        if not isinstance(pages, list) or len(pages) != n:
+            raise TransferError(f"peer {self.address} answered a lookup of {n} keys with a malformed page list")
+        out: List[Optional[Tuple[int, str]]] = []
+        last, grid = self._pool_bytes - self.page_bytes, self.page_bytes
+        for p in pages:
+            if p is None:
+                out.append(None)
+                continue
+            offset, checksum = p["offset"], p["checksum"]
+            if (type(offset) is not int or not 0 <= offset <= last or offset % grid  # `type`: no bool
+                    or type(checksum) is not str or len(checksum) > MAX_CHECKSUM_CHARS):
+                raise TransferError(f"peer {self.address} answered a lookup with slot {offset!r} (pool of "
+                                    f"{self._pool_bytes} bytes) or a bad checksum")
+            out.append((offset, checksum))
         return out
 
     # --- operations ---
@@ -141,15 +170,20 @@ class PeerClient:
     def _put(self, deadline, ns, keys, pages, known) -> List[bool]:
         resp, _ = self._roundtrip({"op": "alloc", "ns": ns, "keys": keys}, deadline)
         slots = resp["slots"]
+        if not isinstance(slots, list) or len(slots) != len(keys):
+            raise TransferError(f"peer {self.address} answered an alloc of {len(keys)} keys with a malformed list")
         out = [s["state"] in ("exists", "busy") for s in slots]
         todo = [i for i, s in enumerate(slots) if s["state"] == "alloc"]
         if not todo:
             return out
-        offsets = [s.get("offset") for s in slots]
-        runs = chunks(todo, self.page_bytes, self.chunk_bytes)
+        last = self._pool_bytes - self.page_bytes
+        offsets = [_integer(s, "offset", 0, last) if s["state"] == "alloc" else None for s in slots]
+        if any(o is not None and o % self.page_bytes for o in offsets):
+            raise TransferError(f"peer {self.address} answered an alloc with a slot off the page grid")
         if known is None:
-            sums = self._move_and_hash(self.transport.write, ns, keys, pages, offsets, runs, deadline, True)
+            sums = self._move_and_hash(self.transport.write, ns, keys, pages, offsets, todo, deadline, True)
         else:
+            runs = chunks(todo, self.page_bytes, self.chunk_bytes)
             for run in runs:
                 self.transport.write(self._peer, *self._ranges(run, offsets, pages), deadline)
             sums = {i: known[i] for i in todo}
@@ -159,8 +193,11 @@ class PeerClient:
             out[i] = bool(ok)
         return out
 
-    def _move_and_hash(self, move, ns, keys, pages, offsets, runs, deadline, hash_first) -> Dict[int, str]:
-        """Move `runs` of pages with `move` (transport.read or .write), checksumming each run meanwhile."""
+    def _move_and_hash(self, move, ns, keys, pages, offsets, todo, deadline, hash_first) -> Dict[int, str]:
+        """Move pages `todo` with `move` (transport.read or .write) in runs, checksumming them meanwhile:
+        on hashing threads unless the machine is saturated, else by this thread (overlap.py)."""
+        threads = self.hash_threads if self.hash_threads is not None else not saturated()
+        runs = chunks(todo, self.page_bytes, self.chunk_bytes)
         sums = move_and_hash(
             runs,
             lambda run: move(self._peer, *self._ranges(run, offsets, pages), deadline),
@@ -168,15 +205,20 @@ class PeerClient:
             deadline,
             hash_first,
             slice_items=max(1, HASH_SLICE_BYTES // self.page_bytes),
+            threads=threads,
         )
         return {i: c for run, cs in zip(runs, sums) for i, c in zip(run, cs)}
 
     def _ranges(self, todo, offsets, pages):
-        """Local and remote ranges of pages `todo` (one prepared transfer for all of them)."""
-        local, remote = [], []
+        """Local and remote ranges of pages `todo` (one prepared transfer for all of them; the transport
+        merges ranges that continue each other on both sides)."""
+        local, remote, base = [], [], self._pool_addr
         for i in todo:
-            local.extend(pages[i])
-            remote.extend(self._remote(offsets[i], pages[i]))
+            at = base + offsets[i]
+            for piece in pages[i]:
+                local.append(piece)
+                remote.append((at, piece[1]))
+                at += piece[1]
         return local, remote
 
     def get(self, ns: str, keys: Sequence[str], pages: Sequence[Sequence[Range]],
@@ -194,17 +236,16 @@ class PeerClient:
 
     def _get(self, deadline, ns, keys, pages) -> List[Optional[str]]:
         resp, _ = self._roundtrip({"op": "lookup", "ns": ns, "keys": keys, "pin": True}, deadline)
-        found = resp["pages"]
+        found = self._found(resp, len(keys))
         todo = [i for i, f in enumerate(found) if f is not None]
         out: List[Optional[str]] = [None] * len(keys)
         if not todo:
             return out
-        offsets = [f and f["offset"] for f in found]
-        runs = chunks(todo, self.page_bytes, self.chunk_bytes)
-        sums = self._move_and_hash(self.transport.read, ns, keys, pages, offsets, runs, deadline, False)
+        offsets = [f and f[0] for f in found]
+        sums = self._move_and_hash(self.transport.read, ns, keys, pages, offsets, todo, deadline, False)
         bad = []
         for i in todo:
-            if sums[i] == found[i]["checksum"]:
+            if sums[i] == found[i][1]:
                 out[i] = sums[i]
             else:
                 bad.append(keys[i])
@@ -219,7 +260,10 @@ class PeerClient:
 
     def _exists(self, deadline, ns, keys) -> List[bool]:
         resp, _ = self._roundtrip({"op": "lookup", "ns": ns, "keys": keys, "pin": False}, deadline)
-        return [p is not None for p in resp["pages"]]
+        pages = resp["pages"]
+        if not isinstance(pages, list) or len(pages) != len(keys):
+            raise TransferError(f"peer {self.address} answered a probe of {len(keys)} keys with a malformed list")
+        return [p is not None for p in pages]
 
     def stats(self) -> StoreStats:
         return self._call(lambda d: StoreStats(**self._roundtrip({"op": "stats"}, d)[0]["stats"]))

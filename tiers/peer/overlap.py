@@ -1,13 +1,18 @@
-"""Page checksums computed on worker threads, overlapped with the transfer of the next chunk of pages.
+"""Page checksums computed while the pages move: on worker threads unless the machine is saturated.
 
-A large batch of pages moves as a few prepared transfers of about `CHUNK_BYTES` each, so that while chunk
-i+1 is in flight (a NIXL READ into the host pool, or a WRITE to the peer) the checksums of chunk i are
-computed by a small pool of hashing threads on other cores: xxhash releases the GIL while it hashes a large
-buffer, and the transfer thread waits in C or in sleeps. Each chunk is offered for hashing in slices of
-about `HASH_SLICE_BYTES`, so several threads share a chunk. A slice the pool has not taken by the time the
-next chunk has moved is hashed by the caller itself (on a busy machine the pool's threads may not get a
-core, and the bytes are still in cache), and so is whatever is left after the last move. A reader offers
-a chunk once it landed; a writer offers it before it is written (the checksum is needed only at commit).
+A large batch of pages moves as a few prepared transfers ("runs") of about `CHUNK_BYTES` each. While run
+k+1 is in flight (a NIXL READ into the host pool, or a WRITE to the peer) the checksums of run k are
+computed by a small pool of hashing threads: xxhash releases the GIL while it hashes, and so does NIXL
+while it copies. Each run is offered in slices of about `HASH_SLICE_BYTES`, so several threads share one.
+A slice the pool has not taken by the time the next run has moved is hashed by the caller itself (the
+bytes are still in cache), and so is the last run of a read: no move is left to hide it behind, and
+waiting for a thread to be scheduled would cost more than hashing it.
+
+On a saturated machine (`saturated`, from the load average) the threads wait for a core while the caller
+waits for them: measured on the shared 2-core machine, a 32 MiB get of 1 MiB pages took 14.6-22 ms with
+hashing threads (1 or 2) and 12.6 ms without at load 5.6, but 7.3-7.8 ms with one thread and 8.7-9.2 ms
+without at load 1.6 (64 KiB pages: 10.3-10.9 against 11.9-12.6 ms).
+There the caller hashes each run itself, right after (read) or before (write) it moves.
 
 If a transfer fails or the deadline passes, slices not yet started are cancelled, and the ones running
 are waited for before the error propagates: a hash reads the caller's memory, which the caller may reuse
@@ -26,9 +31,21 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from transfer.base import TransferTimeout, remaining
 
-CHUNK_BYTES = 16 << 20  # per prepared transfer: each has a fixed cost (8 READs of 4 MiB: +8% on one of 32)
-HASH_SLICE_BYTES = 1 << 20  # per hashing job: one chunk is hashed by several threads at once
-HASH_THREADS = max(1, min(4, os.cpu_count() or 1))
+CHUNK_BYTES = 16 << 20  # per prepared transfer: each has a fixed cost (2-16 MiB runs lost to 16 MiB ones)
+HASH_SLICE_BYTES = 1 << 20  # per hashing job: one run is hashed by several threads at once
+HASH_THREADS = max(1, min(4, (os.cpu_count() or 2) - 1))  # one core is the mover's
+SATURATED_LOAD_PER_CORE = 1.5  # threads won at a load of 0.8-1.2 per core here, and lost at 2.8
+
+
+def saturated() -> bool:
+    """Whether the machine is too busy for hashing threads to get a core (1-minute load average per core;
+    True if the load is unknown)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return True
+    return load >= SATURATED_LOAD_PER_CORE * (os.cpu_count() or 1)
+
 
 _pool: Optional[ThreadPoolExecutor] = None
 _pool_lock = threading.Lock()
@@ -55,21 +72,23 @@ def move_and_hash(
     deadline: float,
     hash_first: bool,
     slice_items: int = 1,
+    threads: bool = True,
 ) -> List[List[str]]:
     """For each run in order: `move(run)`, and `checksum(i)` of each item of the run, overlapped.
 
     `hash_first=False` (a read): a run is offered for hashing once it has moved. `hash_first=True` (a
-    write): a run is offered before it moves. Returns the checksums, run by run; raises what `move` raised,
-    or `TransferTimeout` if hashing is not done by `deadline`."""
+    write): a run is offered before it moves. `threads=False`: the caller hashes everything itself, each
+    run right after (read) or before (write) its move. Returns the checksums, run by run; raises what
+    `move` raised, or `TransferTimeout` if hashing is not done by `deadline`."""
     jobs = _Jobs(checksum)
     try:
         for k, run in enumerate(runs):
             if hash_first:
-                jobs.offer(k, run, slice_items)
+                jobs.offer(k, run, slice_items, to_pool=threads)
             move(run)
-            if not hash_first:
-                jobs.offer(k, run, slice_items)
-            jobs.help(upto=k if hash_first else k - 1)
+            if not hash_first:  # the last run has no move left to hide behind: the caller hashes it alone
+                jobs.offer(k, run, slice_items, to_pool=threads and k < len(runs) - 1)
+            jobs.help(upto=k if hash_first or not threads else k - 1)
         jobs.help(upto=len(runs))
         _, late = wait(jobs.futures, timeout=max(0.0, remaining(deadline)))
         if late:
@@ -98,15 +117,17 @@ class _Jobs:
         self.sums: Dict[int, List[List[str]]] = {}  # run -> checksums, slice by slice
         self.futures: List[Future] = []
 
-    def offer(self, k: int, run: Sequence[int], slice_items: int) -> None:
-        """Offer run k in slices of `slice_items` (several threads can then hash one large run)."""
+    def offer(self, k: int, run: Sequence[int], slice_items: int, to_pool: bool = True) -> None:
+        """Offer run k in slices of `slice_items` (several threads can then hash one large run); with
+        `to_pool` false, only to the caller's `help`."""
         parts = [run[i : i + slice_items] for i in range(0, len(run), max(1, slice_items))]
         self.sums[k] = [[] for _ in parts]
         with self._lock:
             for j, part in enumerate(parts):
                 self._offered[(k, j)] = part
-        pool = _hash_pool()
-        self.futures.extend(pool.submit(self.take, (k, j)) for j in range(len(parts)))
+        if to_pool:
+            pool = _hash_pool()
+            self.futures.extend(pool.submit(self.take, (k, j)) for j in range(len(parts)))
 
     def take(self, job: Tuple[int, int]) -> None:
         with self._lock:
