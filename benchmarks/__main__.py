@@ -18,7 +18,7 @@ def _add_replay_args(p: argparse.ArgumentParser) -> None:
                    "or 'conversation' / 'synthetic'")
     p.add_argument("--host-tokens", type=_capacity, default=0, help="host tier capacity in tokens (0: none)")
     p.add_argument("--peer-tokens", type=_capacity, default=0, help="peer tier capacity in tokens (0: none)")
-    p.add_argument("--lower-policy", default="lru", help="policy of the host/peer tiers: lru or a tiers policy name")
+    p.add_argument("--lower-policy", default="lru", help="policy of the victim-cache model (the peer tier, and the host tier of the reference engines opt/infinite/...): lru or a tiers policy name; a radix policy's host tier is the server's own class and uses --policy")
     p.add_argument("--block-tokens", type=_positive_int, default=512, help="tokens per hash_ids block")
     p.add_argument("--session-ttl", type=_non_negative_float, default=None,
                    help="TTL (s) for rows that have a session but no ttl_s of their own")

@@ -19,11 +19,15 @@ Design note
   what the strategies compare, and a counter preserves the order of real calls.
 - Evicted blocks are observed through the allocator: the replay inserts each radix token id as its KV
   "index", so the values a cache frees are exactly the ids of the tokens (and so the blocks) it dropped.
-- `output_tokens` (default 0): each request also generates that many tokens, which no later prompt contains
-  (a live replay sends `max_new_tokens=1` and the trace's next turn carries its own blocks). The engines then
-  do what SGLang's `cache_finished_req` does: insert prompt + output, then re-insert the prompt alone
-  (topology only, `chunked=True`), which splits the new leaf at the prompt boundary. Output ids are negative,
-  so they never match a block and never map back to one.
+- `output_tokens` (default 0): the engines serve each request as a live server does, for the live replay's
+  offline twin: the request also generates that many tokens, which no later prompt contains (a live replay
+  sends `max_new_tokens=1`; the trace's next turn carries its own blocks), and SGLang's rules apply: the prefix
+  match leaves out the prompt's last token (one token must be computed for the logits), so a fully cached
+  prompt reports len - 1 cached tokens and counts as a full hit; every request is cached as
+  `cache_finished_req` does, prompt + output, then the prompt alone (topology only, `chunked=True`), which
+  splits the new leaf at the prompt boundary. Output ids are negative, so they never match a block and never
+  map back to one, and depend only on the prompt's last token: greedy decoding gives a repeated prompt the
+  same output, which is then found cached (a live full hit adds nothing to the tree).
 """
 
 from __future__ import annotations
@@ -113,19 +117,30 @@ class RadixUnits:
 
 
 class OutputTokens:
-    """Distinct negative token ids standing for what each request generates (none when `per_request` is 0)."""
+    """What each request generates (distinct negative token ids), and, when it generates any, the live server's
+    prefix-match rules (see the design note); with `per_request` 0 a request is matched and cached whole."""
 
     def __init__(self, per_request: int = 0):
         if per_request < 0:
             raise ValueError(f"output tokens must be >= 0, got {per_request}")
         self.per_request = per_request
-        self._next = -1
 
-    def take(self) -> array:
+    def match_key(self, ids: array) -> array:
+        """The part of the prompt the server looks up: all but its last token."""
+        return ids[:-1] if self.per_request and len(ids) > 1 else ids
+
+    def full_hit(self, matched: int, ids: array) -> bool:
+        return matched >= len(ids) - (1 if self.per_request else 0)
+
+    def hit_blocks(self, matched: int, ids: array, per_block: int) -> int:
+        """Leading blocks served by `matched` cached tokens of `ids` (a full hit counts every block)."""
+        return len(ids) // per_block if self.full_hit(matched, ids) else matched // per_block
+
+    def of(self, prompt: array) -> array:
+        """The output ids of `prompt`: distinct for distinct last tokens, the same for a repeated prompt."""
         n = self.per_request
-        ids = array("q", range(self._next, self._next - n, -1))
-        self._next -= n
-        return ids
+        first = -1 - prompt[-1] * n if n and len(prompt) else -1
+        return array("q", range(first, first - n, -1))
 
 
 def insert_finished(cache, prompt: array, output: array, priority: int = 0, **insert_kwargs):
@@ -215,13 +230,14 @@ class StockRadixEngine:
         kept = req.blocks[: self.capacity_blocks]  # a prompt longer than the cache keeps its head
         ids = units.tokens(kept)
         whole = ids if len(kept) == len(req.blocks) else units.tokens(req.blocks)
-        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(whole)))
+        outputs = self.outputs
+        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(outputs.match_key(whole))))
         hit_tokens = len(match.device_indices)
-        hit = hit_tokens // units.per_block
+        hit = outputs.hit_blocks(hit_tokens, whole, units.per_block)
         node = match.last_device_node
         self.cache.inc_lock_ref(node)
         try:
-            output = self.outputs.take()
+            output = outputs.of(ids)
             overflow = self.size() + max(0, len(ids) - hit_tokens) + len(output) - self.capacity
             if overflow > 0:
                 t0 = time.perf_counter_ns()
@@ -275,10 +291,11 @@ class TieredEngine:
         _, _, MatchPrefixParams, RadixKey = self._api
         units = self.units
         ids = units.tokens(req.blocks)
-        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(ids)))
-        hit = len(match.device_indices) // units.per_block
+        outputs = self.outputs
+        matched = len(self.cache.match_prefix(MatchPrefixParams(key=RadixKey(outputs.match_key(ids)))).device_indices)
+        hit = outputs.hit_blocks(matched, ids, units.per_block)
         rejected = self.cache.tier_stats().admissions_rejected
-        insert_finished(self.cache, ids, self.outputs.take(), req.priority, ttl_s=req.ttl_s)
+        insert_finished(self.cache, ids, outputs.of(ids), req.priority, ttl_s=req.ttl_s)
         declined = req.blocks[hit:] if self.cache.tier_stats().admissions_rejected > rejected else ()
         return Access(hit_blocks=hit, evicted=units.blocks(self.allocator.take()), declined=declined)
 

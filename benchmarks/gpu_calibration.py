@@ -4,9 +4,10 @@ It measures there what `benchmarks/profiles/llama3-8b-h200.yaml` estimates from 
 - prefill seconds per token of a Llama-3-8B-shaped layer stack in bf16 (random weights; hidden 4096, 32 query
   heads and 8 KV heads of 128, MLP 14336; `--layers` of the 32 are run and the time scaled to 32), and from it
   the achievable prefill FLOP/s the profile's `achievable_prefill_flops` stands for;
-- pinned host <-> device copy bandwidth for KV pages of 16 and 64 tokens (a page of one layer's K and V,
-  8 KV heads x 128 x bf16: 4 KiB per token), copied one page per call and as one batched gather, the way
-  HiCache's layer-first direct I/O and its kernel I/O move them;
+- host <-> device copy bandwidth: one contiguous 1 GiB copy from pinned and from pageable memory (the link's
+  ceiling), and KV pages of 16 and 64 tokens (a page of one layer's K and V, 8 KV heads x 128 x bf16: 4 KiB
+  per token) from pinned memory, copied one page per call and as one batched gather, the way HiCache's
+  layer-first direct I/O and its kernel I/O move them;
 - with NIXL importable (carry the `nixl-cu13` wheel), a VRAM <-> DRAM NIXL transfer of the same pages
   (`transfer.vram_probe`; transfer/ is the only code that imports nixl).
 
@@ -125,6 +126,18 @@ def measure_copies(torch, page_tokens: int, pages: int, repeats: int) -> Dict[st
     return out
 
 
+def measure_contiguous(torch, mib: int, repeats: int) -> Dict[str, float]:
+    """GB/s of one contiguous copy each way, from pinned and from pageable host memory."""
+    n = mib << 20
+    dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+    out = {}
+    for kind, pinned in (("pinned", True), ("pageable", False)):
+        host = torch.empty(n, dtype=torch.uint8, pin_memory=pinned)
+        out[f"h2d_{kind}_gbps"] = n / _timed(torch, lambda: dev.copy_(host, non_blocking=True), repeats) / 1e9
+        out[f"d2h_{kind}_gbps"] = n / _timed(torch, lambda: host.copy_(dev, non_blocking=True), repeats) / 1e9
+    return out
+
+
 def profile_text(result: dict, command: str) -> str:
     """The 8B profile with the measured compute and host-link figures (the peer link stays the estimate)."""
     pre = result["prefill"]
@@ -168,6 +181,7 @@ def main(argv=None) -> int:
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
               "prefill": measure_prefill(torch, args.layers, [int(n) for n in args.lengths.split(",")],
                                          args.repeats),
+              "contiguous": measure_contiguous(torch, 1024, args.repeats),
               "copies": {str(t): measure_copies(torch, t, args.pages, args.repeats) for t in (16, 64)}}
     if not args.no_nixl:
         try:

@@ -5,11 +5,16 @@ replay of the same rows.
 
 Design note
 - Token ids: each trace block (its interned id) becomes K pseudo-random token ids (K = --tokens-per-block,
-  default 16) drawn from a `random.Random` seeded by the block id, inside the model's vocabulary. A prompt is
+  default 16) drawn from a `random.Random` seeded by the block id, inside the model's vocabulary, except the
+  first, which is the block's rank among its siblings (so sibling blocks part at their first token, as in the
+  trace, instead of sharing leading tokens by chance; see BlockTokens). A prompt is
   its blocks' runs end to end, so the server's radix tree sees the trace's prefix structure; the last, partial
   block of a row also becomes K ids (as in the offline replay, where a block is R radix tokens whatever its size).
-- Pools in trace tokens, as in `replay`: the device pool is C * K / block_tokens tokens (`--max-total-tokens`),
-  the host pool H * K / block_tokens (`--hicache-ratio` H / C: SGLang's `--hicache-size` is whole GB).
+- Pools in trace tokens, as in `replay`: the device pool is C // block_tokens blocks of K tokens
+  (`--max-total-tokens`), the host pool H // block_tokens blocks (`--hicache-ratio` H / C: SGLang's
+  `--hicache-size` is whole GB).
+- Each server starts from flushed pools (`/flush_cache` after start-up), so the policy state the replay starts
+  from is the offline replay's.
 - Hits: SGLang never serves the last prompt token from cache (a full hit reports len - 1 cached tokens), so a
   row's hit blocks are cached // K, plus one when cached == len(blocks) * K - 1; they are counted in trace
   tokens with `Request.hit_tokens`, over the trace's prompt tokens, exactly as `replay` counts them.
@@ -68,23 +73,48 @@ SERVER_KINDS = {
 # ---- trace blocks -> token ids, cached tokens -> trace hits (pure, unit-tested) ----
 
 class BlockTokens:
-    """Block id -> its fixed run of K token ids in [0, vocab_size), memoized."""
+    """Block id -> its fixed run of K token ids in [0, vocab_size), memoized.
 
-    def __init__(self, tokens_per_block: int, vocab_size: int):
+    The run is pseudo-random, seeded by the block id, except its first token when `first_tokens` gives one: the
+    block's rank among its parent's children (`sibling_ranks`). Two sibling blocks then part at their first
+    token, as they do in the trace, instead of sharing a few leading tokens by chance: with a 2,048-token
+    vocabulary, hundreds of random runs under one parent share a first token, and each such pair becomes a
+    shared radix node that the trace does not have (a reuse the policies would learn from)."""
+
+    def __init__(self, tokens_per_block: int, vocab_size: int, first_tokens: Optional[Dict[int, int]] = None):
         if tokens_per_block < 1 or vocab_size < 2:
             raise ValueError(f"need tokens_per_block >= 1 and vocab_size >= 2, got {tokens_per_block}, {vocab_size}")
         self.k, self.vocab = tokens_per_block, vocab_size
+        self._first = first_tokens or {}
         self._runs: Dict[int, List[int]] = {}
 
     def run(self, block: int) -> List[int]:
         ids = self._runs.get(block)
         if ids is None:
             rng = random.Random(block)
-            ids = self._runs[block] = [rng.randrange(self.vocab) for _ in range(self.k)]
+            ids = [rng.randrange(self.vocab) for _ in range(self.k)]
+            if block in self._first:
+                ids[0] = self._first[block] % self.vocab
+            self._runs[block] = ids
         return ids
 
     def prompt(self, blocks: Sequence[int]) -> List[int]:
         return [t for b in blocks for t in self.run(b)]
+
+
+def sibling_ranks(requests: Sequence[Request]) -> Dict[int, int]:
+    """Block id -> its rank among the children of its parent (the block before it in a row; the root for a
+    first block), in order of first appearance. A trace gives each block one parent (trace.py checks it)."""
+    children: Dict[Optional[int], int] = {}
+    ranks: Dict[int, int] = {}
+    for req in requests:
+        parent = None
+        for b in req.blocks:
+            if b not in ranks:
+                ranks[b] = children.get(parent, 0)
+                children[parent] = ranks[b] + 1
+            parent = b
+    return ranks
 
 
 def live_hit_blocks(cached_tokens: int, n_blocks: int, tokens_per_block: int) -> int:
@@ -187,10 +217,13 @@ class ServerRun:
     tier_stats: Optional[dict] = None
     pool_tokens: Optional[int] = None
     offline: Optional[dict] = None
+    eviction_s: Optional[float] = None  # sglang:eviction_duration_seconds_sum at the end (None: not exported)
 
 
 def server_args(spec: ServerKind, device_tokens: int, host_ratio: float) -> List[str]:
-    args = ["--max-total-tokens", str(device_tokens), "--enable-cache-report", *spec.extra_args]
+    # metrics on every server: SGLang's eviction-duration histogram is stock's whole policy cost, which ours is
+    # compared with (ours also counts every policy call in /tiers/stats)
+    args = ["--max-total-tokens", str(device_tokens), "--enable-cache-report", "--enable-metrics", *spec.extra_args]
     if spec.host_tier:
         args += ["--enable-hierarchical-cache", "--hicache-ratio", f"{host_ratio:.6g}"]
     return args
@@ -204,6 +237,9 @@ def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, 
                           kind=spec.kind, stock_plugins=spec.stock_plugins)
     try:
         pool = server_pool_tokens(server)
+        # start from empty pools and fresh policy state: whatever the server ran while starting (its health
+        # probes) is not in the offline replay, and a learning policy's decisions can turn on one extra node
+        server.get("/flush_cache")
         reqs = trace.requests
         bar = iter(track(range(len(reqs)), f"live {name}", unit="requests"))
         start = time.perf_counter()
@@ -212,9 +248,31 @@ def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, 
                          progress=lambda: next(bar, None))
         wall = time.perf_counter() - start
         stats = server.get("/tiers/stats") if spec.kind == "tiered" else None
+        eviction_s = metric_sum(server.get("/metrics"), "sglang:eviction_duration_seconds_sum")
     finally:
         server.stop()
-    return ServerRun(name, sent, wall, stats, pool)
+    return ServerRun(name, sent, wall, stats, pool, eviction_s=eviction_s)
+
+
+def metric_sum(text, name: str) -> Optional[float]:
+    """The sum over label sets of a Prometheus series in a /metrics page (None if absent)."""
+    if not isinstance(text, str):
+        return None
+    values = [float(line.rsplit(None, 1)[1]) for line in text.splitlines()
+              if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " ")]
+    return sum(values) if values else None
+
+
+def policy_ns(tier_stats: Optional[dict]) -> Optional[int]:
+    """All policy calls' time in one of our servers (device-only: the device tier's; with the host tier: both
+    tiers' policies, in `counters`)."""
+    if not tier_stats:
+        return None
+    counters = tier_stats.get("counters") or {}
+    if "policy_ns" in counters:
+        return int(counters["policy_ns"])
+    device = (tier_stats.get("tiers") or {}).get("device") or {}
+    return int(device["policy_ns"]) if "policy_ns" in device else None
 
 
 def server_pool_tokens(server: Server) -> Optional[int]:
@@ -229,19 +287,18 @@ def server_pool_tokens(server: Server) -> Optional[int]:
 
 
 def offline_replay(name: str, trace: Trace, cfg: "LiveConfig") -> dict:
-    from dataclasses import fields
-
+    """The same rows replayed offline through the same classes, in the live server's units: one radix token per
+    sent token id, and the one token each request generates cached after its prompt."""
     from benchmarks.replay import ReplayConfig, replay
 
     spec = SERVER_KINDS[name]
-    kwargs = dict(policy=spec.offline_policy, capacity_tokens=cfg.capacity_tokens,
-                  host_tokens=cfg.host_tokens if spec.host_tier else 0)
-    if "radix_tokens_per_block" in {f.name for f in fields(ReplayConfig)}:
-        kwargs["radix_tokens_per_block"] = cfg.tokens_per_block
-    result = replay(trace, ReplayConfig(**kwargs))
+    result = replay(trace, ReplayConfig(
+        policy=spec.offline_policy, capacity_tokens=cfg.capacity_tokens,
+        host_tokens=cfg.host_tokens if spec.host_tier else 0,
+        radix_tokens_per_block=cfg.tokens_per_block, output_tokens=1))
     return {"token_hit_rate": result.token_hit_rate, "hit_tokens_by_tier": result.hit_tokens_by_tier,
-            "admissions_rejected": result.admissions_rejected, "radix_tokens_per_block":
-            kwargs.get("radix_tokens_per_block", 1)}
+            "admissions_rejected": result.admissions_rejected, "radix_tokens_per_block": cfg.tokens_per_block,
+            "host_tier": result.config["host_tier"]}  # with the host tier: the class the server runs (host_engine)
 
 
 def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
@@ -264,6 +321,7 @@ def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
         "offline_hit_tokens_by_tier": run.offline["hit_tokens_by_tier"] if run.offline else None,
         "offline_admissions_rejected": run.offline["admissions_rejected"] if run.offline else None,
         "offline_radix_tokens_per_block": run.offline["radix_tokens_per_block"] if run.offline else None,
+        "offline_host_tier": run.offline.get("host_tier") if run.offline else None,
         "ttft_ms_p50": percentile(ttfts, 0.5),
         "ttft_ms_p90": percentile(ttfts, 0.9),
         "ttft_ms_p99": percentile(ttfts, 0.99),
@@ -274,6 +332,12 @@ def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
         "requests_per_s": len(ok) / run.wall_s if run.wall_s > 0 else 0.0,
         "wall_s": run.wall_s,
         "device_pool_tokens": run.pool_tokens,
+        # CPU spent deciding, per request: stock's is its eviction time, ours every policy call (eviction,
+        # admission, recording) from /tiers/stats; both are the server's own clocks
+        "eviction_ms_per_request": run.eviction_s * 1000 / len(run.sent) if run.eviction_s is not None and run.sent
+        else None,
+        "policy_ms_per_request": ns / 1e6 / len(run.sent) if (ns := policy_ns(run.tier_stats)) is not None
+        and run.sent else None,
         "tier_stats": run.tier_stats,
     }
 
@@ -289,13 +353,15 @@ class LiveConfig:
     speedup: float
     concurrency: int
 
+    # pools in whole blocks, as the offline replay counts them (capacity // block_tokens blocks of K tokens): a
+    # pool a few tokens larger puts an entry near a size-class edge on the other side of it
     @property
     def device_pool_tokens(self) -> int:
-        return self.capacity_tokens * self.tokens_per_block // self.block_tokens
+        return self.capacity_tokens // self.block_tokens * self.tokens_per_block
 
     @property
     def host_pool_tokens(self) -> int:
-        return self.host_tokens * self.tokens_per_block // self.block_tokens
+        return self.host_tokens // self.block_tokens * self.tokens_per_block
 
     @property
     def host_ratio(self) -> float:
@@ -311,7 +377,8 @@ def model_config() -> dict:
 
 def live_replay(trace: Trace, names: Sequence[str], cfg: LiveConfig, log_dir: Path,
                 vocab_size: Optional[int] = None) -> dict:
-    blocks = BlockTokens(cfg.tokens_per_block, vocab_size or int(model_config()["vocab_size"]))
+    blocks = BlockTokens(cfg.tokens_per_block, vocab_size or int(model_config()["vocab_size"]),
+                         sibling_ranks(trace.requests))
     out = {}
     for name in names:
         try:
@@ -355,9 +422,14 @@ def ratio_lines(servers: dict) -> List[str]:
         a, b = servers.get(ours), servers.get(stock)
         if not a or not b or "error" in a or "error" in b or not b["ttft_ms_mean"] or not b["ttft_ms_p99"]:
             continue
-        lines.append(f"\n{ours} / {stock}: TTFT mean {a['ttft_ms_mean'] / b['ttft_ms_mean']:.2f}x, p99 "
-                     f"{a['ttft_ms_p99'] / b['ttft_ms_p99']:.2f}x; token hit rate {a['token_hit_rate']:.4f} vs "
-                     f"{b['token_hit_rate']:.4f}")
+        line = (f"\n{ours} / {stock}: TTFT mean {a['ttft_ms_mean'] / b['ttft_ms_mean']:.2f}x, p99 "
+                f"{a['ttft_ms_p99'] / b['ttft_ms_p99']:.2f}x; token hit rate {a['token_hit_rate']:.4f} vs "
+                f"{b['token_hit_rate']:.4f}")
+        ours_ms, stock_ms = a.get("policy_ms_per_request"), b.get("eviction_ms_per_request")
+        if ours_ms is not None and stock_ms:
+            line += (f"; policy CPU {ours_ms:.3f} ms/request (every policy call) vs stock's eviction "
+                     f"{stock_ms:.3f} ms/request: {ours_ms / stock_ms:.2f}x")
+        lines.append(line)
     return lines
 
 

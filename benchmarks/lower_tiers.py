@@ -9,6 +9,11 @@ keeps its copy after a hit, so a later device eviction of that block costs no tr
 Each tier is a flat cache (no tree: any block can be evicted) ranked by LRU ("lru", built in here), or by a
 policy from the project's registry ("tinylfu", "tiered-lru", ...: `tiers.policy.create_policy`, every entry
 with parent=None), which then also decides admission.
+
+This model is not what a server runs: with the host tier on, the replay drives the server's host-tier class for
+radix policies (benchmarks.host_engine), and HiCache's host memory is inclusive (a prompt is backed up when it is
+inserted), not a victim cache (tests/benchmarks/test_host_replay.py shows where they part). It stays for the
+reference engines' host rows (`opt`, `infinite`, ...) and for the peer tier, fed by host evictions.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ Per request, in trace order: the injected ManualClock is set to the row's timest
 trace time), the device engine serves the request (match, evict, insert), the lower tiers continue the prefix
 the device missed, and the blocks the device evicted, or computed and declined to keep, are demoted. Hit rates are token-weighted: a hit block
 counts its real token count (the last block of a prompt may be partial).
+
+With a host tier (`host_tokens` > 0), a radix policy's device and host tiers are the class the server runs with
+HiCache, on simulated pools (benchmarks.host_engine: SGLang's HiRadixCache for stock policies, our
+TieredHiRadixCache for ours); the reference engines and the peer tier keep the victim-cache model of lower_tiers.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, Optional
 
 from benchmarks.cost import DEFAULT_KV_BYTES_PER_TOKEN, Profile
-from benchmarks.engines import REFERENCE_ENGINES, STOCK_POLICIES, logical_radix_time, make_engine
+from benchmarks.engines import REFERENCE_ENGINES, STOCK_POLICIES, make_engine
+from benchmarks.host_engine import host_tier_engine, logical_tree_time
 from benchmarks.lower_tiers import LowerTiers, TierSpec
 from benchmarks.trace import Trace
 
@@ -33,6 +38,9 @@ class ReplayConfig:
     # radix tokens standing for one trace block in the device tree (1: one per block; a server has one per
     # prompt token); capacities stay in trace tokens, so the result should not depend on it
     radix_tokens_per_block: int = 1
+    # tokens each request generates, cached after its prompt as SGLang's cache_finished_req does and never
+    # asked for again (benchmarks.engines); live-replay's offline twin uses 1, as its requests do
+    output_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,9 +88,14 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
 
     device_hit_tokens = block_hits = 0
     uses_radix = cfg.policy not in REFERENCE_ENGINES
-    with (logical_radix_time() if uses_radix else contextlib.nullcontext()):
-        engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config,
-                             cfg.radix_tokens_per_block)
+    # with a host tier, a radix policy runs the host-tier cache class the server runs (benchmarks.host_engine)
+    host_engine = uses_radix and cfg.host_tokens > 0
+    with (logical_tree_time() if uses_radix else contextlib.nullcontext()):
+        if host_engine:
+            engine, lower = host_tier_engine(cfg, bt, clock)
+        else:
+            engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config,
+                                 cfg.radix_tokens_per_block, cfg.output_tokens)
         t_start = time.perf_counter()  # after the engine is built: SGLang's import is not replay time
         for req in _progress(reqs, cfg):
             clock.set(max(clock.now(), req.time_s))
@@ -138,6 +151,8 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
             "session_ttl_s": cfg.session_ttl_s,
             "stock": cfg.policy in STOCK_POLICIES,
             "radix_tokens_per_block": cfg.radix_tokens_per_block,
+            "output_tokens": cfg.output_tokens,
+            "host_tier": engine.name if host_engine else ("victim-cache model" if cfg.host_tokens > 0 else None),
         },
     )
 

@@ -204,12 +204,14 @@ class TieredRadixCache(RadixCache):
         path, matched, anchor = self._peek(key)
         remainder = len(key) - matched
         cand_key = self._child_tier_key(anchor, key.child_key_at(matched, self.page_size)) if remainder else None
-        if counted:
-            self._record_request(path, cand_key, matched, len(key))
         if remainder and self._simulated:
-            on_path = set(path)  # the allocator's eviction for this request: its matched prefix is locked
+            # the allocator's eviction for this request, before it runs (so before it is recorded, as in the
+            # server, where the policy's order at that moment decides the victims): its matched prefix is locked
+            on_path = set(path)
             self._evict_tokens(self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens,
                                lambda n: n.lock_ref > 0 or n in on_path)
+        if counted:
+            self._record_request(path, cand_key, matched, len(key))
         if remainder and (self._simulated or (self._deciding and counted)):
             if not self._admits(path, anchor, cand_key, remainder, counted, ttl_s):
                 if self._deciding == "unfinished":

@@ -32,4 +32,5 @@ def test_on_a_gpu_it_measures_every_phase():
     result = gpu_calibration.measure_prefill(torch, layers=1, lengths=[256], repeats=1)
     assert result["achievable_prefill_flops"] > 0
     copies = gpu_calibration.measure_copies(torch, page_tokens=16, pages=8, repeats=1)
+    copies.update(gpu_calibration.measure_contiguous(torch, mib=8, repeats=1))
     assert all(v > 0 for k, v in copies.items() if k.endswith("gbps"))

@@ -26,6 +26,21 @@ def test_a_block_is_the_same_run_of_ids_wherever_it_appears():
     assert {t for b_ in range(50) for t in small.run(b_)} == {0, 1, 2}  # within the vocabulary, all of it
 
 
+def test_sibling_blocks_part_at_their_first_token():
+    """Guards: random runs that share leading tokens by chance under one parent, a shared radix node the trace
+    does not have (with 2,048 ids, 300 random first blocks share a first token in about 20 pairs)."""
+    from benchmarks.live_replay import sibling_ranks
+    from benchmarks.trace import Request
+
+    rows = [Request(b, 0.0, 1024, 1, (b, 1000 + b), 512) for b in range(300)]
+    rows.append(Request(300, 0.0, 1024, 1, (7, 2000), 512))  # a second child of block 7
+    m = BlockTokens(K, 2048, sibling_ranks(rows))
+    firsts = [m.run(b)[0] for b in range(300)]
+    assert len(set(firsts)) == 300  # root's children: all distinct first tokens
+    assert m.run(1007)[0] != m.run(2000)[0]  # block 7's two children part at once
+    assert m.run(5)[1:] == BlockTokens(K, 2048).run(5)[1:]  # the rest of the run is still seeded by the block
+
+
 def test_prompts_share_exactly_the_tokens_of_their_shared_blocks():
     m = BlockTokens(K, 2048)
     x, y = m.prompt([1, 2, 3, 4]), m.prompt([1, 2, 9])
@@ -149,6 +164,29 @@ def test_table_reports_a_server_that_did_not_start_and_the_ratios_of_ours_to_sto
     assert "| stock | 0.0500 | 0.0400 | +0.0100 |" in out
     assert "| hicache | did not start: hicache exited with 1: |" in out
     assert "tiered / stock: TTFT mean 0.50x, p99 1.50x" in out and "tiered-host" not in out
+    out = table({"servers": {"stock": {**row, "eviction_ms_per_request": 0.2},
+                             "tiered": {**row, "policy_ms_per_request": 0.3}}})
+    assert "policy CPU 0.300 ms/request (every policy call) vs stock's eviction 0.200 ms/request: 1.50x" in out
+
+
+def test_metric_sum_adds_a_series_over_its_label_sets_and_nothing_else():
+    from benchmarks.live_replay import metric_sum
+
+    page = ("# HELP sglang:eviction_duration_seconds x\n"
+            'sglang:eviction_duration_seconds_sum{model_name="m",tp_rank="0"} 0.25\n'
+            'sglang:eviction_duration_seconds_sum{model_name="m",tp_rank="1"} 0.5\n'
+            "sglang:eviction_duration_seconds_sum_other 9\n"
+            'sglang:eviction_duration_seconds_count{model_name="m"} 3\n')
+    assert metric_sum(page, "sglang:eviction_duration_seconds_sum") == 0.75
+    assert metric_sum(page, "sglang:absent") is None and metric_sum({"not": "text"}, "x") is None
+
+
+def test_policy_time_is_read_from_either_cache_shape():
+    from benchmarks.live_replay import policy_ns
+
+    assert policy_ns({"tiers": {"device": {"policy_ns": 7}}}) == 7  # device-only
+    assert policy_ns({"counters": {"policy_ns": 9}, "tiers": {"device": {}}}) == 9  # with the host tier
+    assert policy_ns(None) is None
 
 
 # ---- against real servers ----
@@ -172,12 +210,12 @@ def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys):
                "stock,tiered", "--concurrency", "1", "--json", "--log-dir", str(tmp_path / "logs")])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0, report
-    assert report["config"]["device_pool_tokens"] == CAPACITY * K // 512
+    assert report["config"]["device_pool_tokens"] == CAPACITY // 512 * K
     for name in ("stock", "tiered"):
         s = report["servers"][name]
         assert FIELDS <= set(s), FIELDS - set(s)
         assert (s["requests"], s["failures"]) == (ROWS + 1, 0)
-        assert s["device_pool_tokens"] == CAPACITY * K // 512  # the server built the pool asked for
+        assert s["device_pool_tokens"] == CAPACITY // 512 * K  # the server built the pool asked for
         assert s["offline_token_hit_rate"] > 0
         assert abs(s["token_hit_rate"] - s["offline_token_hit_rate"]) <= 0.01, (name, s)
         assert 0 < s["ttft_ms_p50"] <= s["ttft_ms_p90"] <= s["ttft_ms_p99"]
@@ -185,3 +223,5 @@ def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys):
     assert report["servers"]["stock"]["tier_stats"] is None
     device = report["servers"]["tiered"]["tier_stats"]["tiers"]["device"]
     assert device["evictions"] > 0  # contended
+    assert report["servers"]["stock"]["eviction_ms_per_request"] > 0  # stock's policy cost, from /metrics
+    assert report["servers"]["tiered"]["policy_ms_per_request"] > 0
