@@ -14,20 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.peer.test_peer_server import keys
+from tests.peer.test_peer_server import keys, transport  # noqa: F401 (transport: the module-scoped fixture)
 from tiers.peer.client import PeerClient
 from transfer.base import TransferError
 
 PAGE = 4096
-
-
-@pytest.fixture(scope="module")
-def transport():
-    from transfer.nixl_transport import NixlTransport
-
-    t = NixlTransport("test-batched")
-    yield t
-    t.close()
 
 
 class Flat:
