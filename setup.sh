@@ -81,5 +81,17 @@ importlib.import_module('${NIXL_PKG//-/_}._api')
 from sglang_ext.plugin import register; register()
 " > .venv/setup-import-check.log 2>&1 || { cat .venv/setup-import-check.log >&2; exit 1; }
 
+# promtool (Prometheus' rule test tool) for tests/monitoring's alert-rule test, from the OS package registry when
+# missing; optional: without it that one test skips and says why
+if ! command -v promtool >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 &&
+     { apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 ||
+       { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1; }; }; then
+    log "installed promtool (apt package prometheus)"
+  else
+    log "promtool not installed (apt package prometheus); the alert-rule test will skip"
+  fi
+fi
+
 log "embedded model: $("$PY" -m sglang_ext.embedded_model)"
 log "done in $(( $(date +%s) - start )) s; venv $(du -sh .venv | cut -f1)"
