@@ -105,6 +105,21 @@ def stock_args(model_path: Optional[str] = None) -> List[str]:
     return args
 
 
+def stock_env(env: dict, stock_plugins: str, cuda: bool) -> dict:
+    """The environment of a stock server: `stock_plugins` as SGLang's plugin whitelist ("none": stock SGLang)
+    and, on CPU, SGLang's CPU engine and the oneDNN cache bounds our launcher sets (what the caller set wins), so
+    that stock and ours compare caches, not kernel-cache settings (a bound of 64 shapes costs ~15% per bf16
+    forward of varied lengths here: benchmarks/RESULTS.md, "Live trace replay")."""
+    from sglang_ext.launch_server import CPU_ENV_DEFAULTS
+
+    out = {**env, "SGLANG_PLUGINS": stock_plugins}
+    if not cuda:
+        out.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+        for var, value in CPU_ENV_DEFAULTS.items():
+            out.setdefault(var, value)
+    return out
+
+
 def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str = "tiered",
                  env: Optional[dict] = None, model_path: Optional[str] = None,
                  admin_key: Optional[str] = None, stock_plugins: str = "none") -> Server:
@@ -128,9 +143,7 @@ def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str
     if kind == "stock":
         from sglang_ext.launch_server import cuda_available
 
-        full_env["SGLANG_PLUGINS"] = stock_plugins  # "none": a whitelist naming no plugin, stock SGLang
-        if not cuda_available():
-            full_env.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+        full_env = stock_env(full_env, stock_plugins, cuda_available())
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=full_env,
                                 start_new_session=True)
