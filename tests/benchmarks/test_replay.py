@@ -149,3 +149,24 @@ def test_session_ttl_applies_only_to_session_rows_without_their_own(monkeypatch)
     ]
     replay(parse_rows(rows), ReplayConfig(policy="tinylfu", capacity_tokens=1024, session_ttl_s=60.0))
     assert seen == [60.0, 5.0, None]
+
+
+@pytest.mark.parametrize("policy", ["lru", "tinylfu"])
+def test_the_live_twin_caches_one_output_token_per_prompt_and_counts_a_repeat_as_a_full_hit(policy):
+    """Guards the replay's model of a live server (output_tokens=1, as live-replay's offline twin): a repeat of a
+    prompt is a full hit although SGLang matches all but its last token, and its greedy output is found cached,
+    so the tree holds each distinct prompt plus one token; a continuation parts from the prompt's output leaf."""
+    from benchmarks.engines import logical_radix_time, make_engine
+    from tiers.clock import ManualClock
+
+    rows = [{"timestamp": t, "input_length": 512 * len(ids), "hash_ids": ids, "output_length": 1}
+            for t, ids in ((0, [1, 2]), (1, [1, 2]), (2, [1, 2, 3]))]
+    trace = parse_rows(rows)
+    with logical_radix_time():
+        engine = make_engine(policy, 100, trace.requests, ManualClock(0), radix_tokens_per_block=4, output_tokens=1)
+        hits = [engine.access(r).hit_blocks for r in trace.requests]
+        size = engine.cache.evictable_size() + engine.cache.protected_size()
+    assert hits == [0, 2, 2]
+    assert size == 3 * 4 + 2  # blocks 1-3, and one output token after [1, 2] and after [1, 2, 3]
+    no_output = replay(trace, ReplayConfig(policy=policy, capacity_tokens=100 * 512, radix_tokens_per_block=4))
+    assert no_output.block_hits == 4  # the same hits without the live rules
