@@ -26,7 +26,8 @@ re-insert, and the front half of a split inherits it.
 
 The simulated tree (`create_simulated`, the replay) has no allocator: its insert first does what the
 server's allocator does for a request (evicts `tree + remainder - capacity` in the policy's order, the path
-protected, as a running request's locked prefix is), then the same admission, with free tokens counted as
+protected, as a running request's locked prefix is; before the request is recorded, since in the server the
+allocator evicts before the request runs), then the same admission, with free tokens counted as
 capacity - tree - remainder. So a replay of one request at a time is what a server does at concurrency 1.
 
 In the server a request is recorded and decided once, at its first insert: `cache_unfinished_req` after its
