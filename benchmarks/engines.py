@@ -116,6 +116,14 @@ class RadixUnits:
         return list(dict.fromkeys(t // r for t in tokens if t >= 0))
 
 
+def live_hit_blocks(cached_tokens: int, n_blocks: int, tokens_per_block: int) -> int:
+    """Leading blocks of a prompt that a server served from cache: SGLang never serves a prompt's last token from
+    cache (it computes one for the logits), so a full hit reports len - 1 cached tokens."""
+    if cached_tokens >= n_blocks * tokens_per_block - 1:
+        return n_blocks
+    return max(0, cached_tokens) // tokens_per_block
+
+
 class OutputTokens:
     """What each request generates (distinct negative token ids), and, when it generates any, the live server's
     prefix-match rules (see the design note); with `per_request` 0 a request is matched and cached whole."""
@@ -129,12 +137,11 @@ class OutputTokens:
         """The part of the prompt the server looks up: all but its last token."""
         return ids[:-1] if self.per_request and len(ids) > 1 else ids
 
-    def full_hit(self, matched: int, ids: array) -> bool:
-        return matched >= len(ids) - (1 if self.per_request else 0)
-
     def hit_blocks(self, matched: int, ids: array, per_block: int) -> int:
         """Leading blocks served by `matched` cached tokens of `ids` (a full hit counts every block)."""
-        return len(ids) // per_block if self.full_hit(matched, ids) else matched // per_block
+        if self.per_request:
+            return live_hit_blocks(matched, len(ids) // per_block, per_block)
+        return matched // per_block
 
     def of(self, prompt: array) -> array:
         """The output ids of `prompt`: distinct for distinct last tokens, the same for a repeated prompt."""

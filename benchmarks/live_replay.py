@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from benchmarks.engines import live_hit_blocks
 from benchmarks.servers import REQUEST_DEADLINE_S, Server, start_server
 from benchmarks.trace import Request, Trace
 
@@ -115,13 +116,6 @@ def sibling_ranks(requests: Sequence[Request]) -> Dict[int, int]:
                 children[parent] = ranks[b] + 1
             parent = b
     return ranks
-
-
-def live_hit_blocks(cached_tokens: int, n_blocks: int, tokens_per_block: int) -> int:
-    """Leading blocks of a prompt that the server served from cache (see the design note on the last token)."""
-    if cached_tokens >= n_blocks * tokens_per_block - 1:
-        return n_blocks
-    return max(0, cached_tokens) // tokens_per_block
 
 
 def hit_tokens_by_tier(req: Request, cached: int, details: Optional[dict], k: int, block_tokens: int) -> Dict[str, int]:
