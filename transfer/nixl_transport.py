@@ -17,6 +17,11 @@ Design notes (observed on these machines: nixl 1.5.1, UCX over loopback, no GPU)
   A handle that refuses to be released is kept and retried at `close()` rather than leaked silently.
 - Descriptors: a transfer's pairs that continue each other on both sides are merged first (`coalesced`):
   512 x 64 KiB as 512 descriptors took ~6.5 ms, as one ~3.7 ms (cma, idle machine).
+- A READ posted to a peer that has just died can stay queued in UCX's cma endpoint (the copy is run by the
+  next worker progress, which fails it at once against a dead process). Destroying the agent with it still
+  queued aborts the whole process (`arbiter.c: Assertion ucs_arbiter_group_is_empty(group) failed`, in
+  `ucp_worker_destroy`; reproduced under CPU load, about one cycle in three). So a failed transfer, and
+  `close()`, run a few progress rounds (`_drain`) before anything can destroy the worker.
 - The bindings raise exceptions with no common base (nixlRemoteDisconnectError, nixlNotFoundError, ...),
   and some helpers return None after only logging: both become `TransferError`.
 """
@@ -44,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 _MEM = "DRAM"
 _counter = itertools.count()
+_DRAIN_ROUNDS = 8  # one round runs what is queued; the rest cover ops that a failing one queues behind it
 
 
 def use_loopback_only() -> None:
@@ -244,6 +250,11 @@ class NixlTransport(Transport):
                 state = self._call(f"{op} check_xfer_state", agent.check_xfer_state, handle)
             if state != "DONE":
                 raise TransferError(f"{op} with {peer} ended in state {state}")
+        except TransferTimeout:
+            raise
+        except TransferError:
+            self._drain()  # what UCX queued towards a dead peer must fail out now (module notes)
+            raise
         finally:
             if late is None:
                 self._release(handle)
@@ -304,9 +315,18 @@ class NixlTransport(Transport):
             out, self._notifs = self._notifs, {}
         return out
 
+    def _drain(self) -> None:
+        """Progress the worker a few rounds, so that nothing queued is left for the worker's destruction."""
+        for _ in range(_DRAIN_ROUNDS):
+            try:
+                self.progress()  # keeps what notifications arrive
+            except TransferError as e:  # a dead peer's error surfaces here too: what the drain is for
+                logger.debug("progress while draining: %s", e)
+
     def close(self) -> None:
         if self._closed:
             return
+        self._drain()
         for late in [x for reads in list(self._late.values()) for x in list(reads)]:
             if not late.settled():
                 logger.warning("closing with a READ from %s still in flight: its destination may still change",
