@@ -126,12 +126,21 @@ def live_hit_blocks(cached_tokens: int, n_blocks: int, tokens_per_block: int) ->
 
 class OutputTokens:
     """What each request generates (distinct negative token ids), and, when it generates any, the live server's
-    prefix-match rules (see the design note); with `per_request` 0 a request is matched and cached whole."""
+    prefix-match rules (see the design note); with `per_request` 0 a request is matched and cached whole.
+    `prefill_chunk` (radix tokens; 0: none) is the server's `chunked_prefill_size`: a prompt whose uncached part
+    is longer is prefilled in chunks, each inserted as it completes (`chunk_ends`)."""
 
-    def __init__(self, per_request: int = 0):
-        if per_request < 0:
-            raise ValueError(f"output tokens must be >= 0, got {per_request}")
+    def __init__(self, per_request: int = 0, prefill_chunk: int = 0):
+        if per_request < 0 or prefill_chunk < 0:
+            raise ValueError(f"output and chunk tokens must be >= 0, got {per_request}, {prefill_chunk}")
         self.per_request = per_request
+        self.prefill_chunk = prefill_chunk
+
+    def chunk_ends(self, n_ids: int, matched: int) -> range:
+        """Prompt lengths inserted by SGLang's chunked prefill before the request finishes: the cached prefix plus
+        each whole chunk that leaves part of the prompt to compute (`cache_unfinished_req(chunked=True)`)."""
+        c = self.prefill_chunk
+        return range(matched + c, n_ids, c) if c else range(0)
 
     def match_key(self, ids: array) -> array:
         """The part of the prompt the server looks up: all but its last token."""
@@ -148,6 +157,18 @@ class OutputTokens:
         n = self.per_request
         first = -1 - prompt[-1] * n if n and len(prompt) else -1
         return array("q", range(first, first - n, -1))
+
+
+def insert_chunks(cache, prompt: array, ends: Sequence[int], priority: int = 0) -> None:
+    """The inserts of a chunked prefill, as `cache_unfinished_req(chunked=True)` makes them: each prompt prefix
+    in `ends`, marked chunked (SGLang records and decides nothing for it; nor does TieredRadixCache)."""
+    import torch
+
+    _, InsertParams, _, RadixKey = _radix_api()
+    for end in ends:
+        part = prompt[:end]
+        cache.insert(InsertParams(key=RadixKey(part), value=torch.tensor(part, dtype=torch.int64), priority=priority,
+                                  chunked=True))
 
 
 def insert_finished(cache, prompt: array, output: array, priority: int = 0, **insert_kwargs):
@@ -202,6 +223,7 @@ class StockRadixEngine:
         policy_config: Optional[dict] = None,
         radix_tokens_per_block: int = 1,
         output_tokens: int = 0,
+        prefill_chunk: int = 0,
     ):
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.radix_cache import RadixCache
@@ -210,7 +232,7 @@ class StockRadixEngine:
             raise ValueError(f"unknown stock policy {policy!r}; choose one of {', '.join(STOCK_POLICIES)}")
         self._api = _radix_api()
         self.units = RadixUnits(radix_tokens_per_block)
-        self.outputs = OutputTokens(output_tokens)
+        self.outputs = OutputTokens(output_tokens, prefill_chunk)
         self.capacity_blocks = capacity_blocks
         self.capacity = capacity_blocks * radix_tokens_per_block  # in radix tokens
         self.allocator = _RecordingAllocator()
@@ -250,6 +272,7 @@ class StockRadixEngine:
                 t0 = time.perf_counter_ns()
                 self.cache.evict(EvictParams(num_tokens=overflow))
                 self._policy_ns += time.perf_counter_ns() - t0
+            insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), hit_tokens), req.priority)
             insert_finished(self.cache, ids, output, req.priority)
         finally:
             self.cache.dec_lock_ref(node)
@@ -278,12 +301,13 @@ class TieredEngine:
         policy_config: Optional[dict] = None,
         radix_tokens_per_block: int = 1,
         output_tokens: int = 0,
+        prefill_chunk: int = 0,
     ):
         from sglang_ext.tiered_cache import TieredRadixCache
 
         self._api = _radix_api()
         self.units = RadixUnits(radix_tokens_per_block)
-        self.outputs = OutputTokens(output_tokens)
+        self.outputs = OutputTokens(output_tokens, prefill_chunk)
         self.capacity = capacity_blocks * radix_tokens_per_block  # in radix tokens
         self.allocator = _RecordingAllocator()  # evictions are observed as for the stock tree
         self.cache = TieredRadixCache.create_simulated(
@@ -302,6 +326,7 @@ class TieredEngine:
         matched = len(self.cache.match_prefix(MatchPrefixParams(key=RadixKey(outputs.match_key(ids)))).device_indices)
         hit = outputs.hit_blocks(matched, ids, units.per_block)
         rejected = self.cache.tier_stats().admissions_rejected
+        insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), matched), req.priority)
         insert_finished(self.cache, ids, outputs.of(ids), req.priority, ttl_s=req.ttl_s)
         declined = req.blocks[hit:] if self.cache.tier_stats().admissions_rejected > rejected else ()
         return Access(hit_blocks=hit, evicted=units.blocks(self.allocator.take()), declined=declined)
@@ -341,15 +366,17 @@ def make_engine(
     policy_config=None,
     radix_tokens_per_block: int = 1,
     output_tokens: int = 0,
+    prefill_chunk: int = 0,
 ):
     """An engine by benchmark policy name (see `known_policies()`). The reference engines count blocks and
-    ignore `radix_tokens_per_block` and `output_tokens`."""
+    ignore `radix_tokens_per_block`, `output_tokens` and `prefill_chunk`."""
     from benchmarks.belady import BeladyEngine, InfiniteEngine, ReuseOracleEngine
 
     if capacity_blocks <= 0:
         raise ValueError(f"capacity must hold at least one block, got {capacity_blocks} blocks")
     if name in STOCK_POLICIES:
-        return StockRadixEngine(name, capacity_blocks, policy_config, radix_tokens_per_block, output_tokens)
+        return StockRadixEngine(name, capacity_blocks, policy_config, radix_tokens_per_block, output_tokens,
+                                prefill_chunk)
     if name == "opt":
         return BeladyEngine(capacity_blocks, requests)
     if name == "infinite":
@@ -360,5 +387,6 @@ def make_engine(
         return ReuseOracleEngine(capacity_blocks, requests, admit_all=True)
     tiered = name[len(TIERED_PREFIX):] if name.startswith(TIERED_PREFIX) else name
     if tiered in tiered_policy_names() or tiered == "tinylfu":
-        return TieredEngine(tiered, capacity_blocks, clock, policy_config, radix_tokens_per_block, output_tokens)
+        return TieredEngine(tiered, capacity_blocks, clock, policy_config, radix_tokens_per_block, output_tokens,
+                            prefill_chunk)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(known_policies())}")

@@ -154,11 +154,12 @@ class Sent:
     error: str = ""
 
 
-def send_row(server: Server, ids: List[int], index: int, clock: Callable[[], float] = time.perf_counter) -> Sent:
+def send_row(server: Server, ids: List[int], index: int, clock: Callable[[], float] = time.perf_counter,
+             headers: Optional[dict] = None) -> Sent:
     body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
     start = clock()
     try:
-        status, reply = server.post_status("/generate", body, timeout=REQUEST_DEADLINE_S)
+        status, reply = server.post_status("/generate", body, timeout=REQUEST_DEADLINE_S, headers=headers)
     except OSError as e:  # includes timeouts: the deadline of this request
         return Sent(index, False, error=f"{type(e).__name__}: {e}")
     elapsed = clock() - start
@@ -212,6 +213,7 @@ class ServerRun:
     pool_tokens: Optional[int] = None
     offline: Optional[dict] = None
     eviction_s: Optional[float] = None  # sglang:eviction_duration_seconds_sum at the end (None: not exported)
+    prefill_chunk: Optional[int] = None  # the server's chunked_prefill_size (tokens), from its start-up log
 
 
 def server_args(spec: ServerKind, device_tokens: int, host_ratio: float) -> List[str]:
@@ -230,7 +232,7 @@ def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, 
     server = start_server(server_args(spec, cfg.device_pool_tokens, cfg.host_ratio), log_dir, name,
                           kind=spec.kind, stock_plugins=spec.stock_plugins)
     try:
-        pool = server_pool_tokens(server)
+        pool, chunk = server_pool_tokens(server), server_chunk_tokens(server)
         # start from empty pools and fresh policy state: whatever the server ran while starting (its health
         # probes) is not in the offline replay, and a learning policy's decisions can turn on one extra node
         server.get("/flush_cache")
@@ -245,7 +247,7 @@ def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, 
         eviction_s = metric_sum(server.get("/metrics"), "sglang:eviction_duration_seconds_sum")
     finally:
         server.stop()
-    return ServerRun(name, sent, wall, stats, pool, eviction_s=eviction_s)
+    return ServerRun(name, sent, wall, stats, pool, eviction_s=eviction_s, prefill_chunk=chunk)
 
 
 def metric_sum(text, name: str) -> Optional[float]:
@@ -269,6 +271,15 @@ def policy_ns(tier_stats: Optional[dict]) -> Optional[int]:
     return int(device["policy_ns"]) if "policy_ns" in device else None
 
 
+def server_chunk_tokens(server: Server) -> Optional[int]:
+    """The server's `chunked_prefill_size` from its start-up log (the server_args line); None if not found."""
+    try:
+        found = re.search(r"'chunked_prefill_size': (-?\d+)", server.log_path.read_text(errors="replace"))
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
+
+
 def server_pool_tokens(server: Server) -> Optional[int]:
     """The device pool the server really built (SGLang may cap --max-total-tokens at what it profiled), from
     its start-up log line: /get_server_info would run our plugin's internal-state hook, which a stock tree
@@ -280,19 +291,23 @@ def server_pool_tokens(server: Server) -> Optional[int]:
     return int(found.group(1)) if found else None
 
 
-def offline_replay(name: str, trace: Trace, cfg: "LiveConfig") -> dict:
+def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Optional[int] = None) -> dict:
     """The same rows replayed offline through the same classes, in the live server's units: one radix token per
-    sent token id, and the one token each request generates cached after its prompt."""
+    sent token id, the one token each request generates cached after its prompt, and (device-only servers) the
+    server's chunked prefill: a long prompt's chunks are inserted, undecided, before it finishes. The host-tier
+    twin does not model chunks yet."""
     from benchmarks.replay import ReplayConfig, replay
 
     spec = SERVER_KINDS[name]
+    chunk = prefill_chunk if prefill_chunk and prefill_chunk > 0 and not spec.host_tier else 0
     result = replay(trace, ReplayConfig(
         policy=spec.offline_policy, capacity_tokens=cfg.capacity_tokens,
         host_tokens=cfg.host_tokens if spec.host_tier else 0,
-        radix_tokens_per_block=cfg.tokens_per_block, output_tokens=1))
+        radix_tokens_per_block=cfg.tokens_per_block, output_tokens=1, prefill_chunk_tokens=chunk))
     return {"token_hit_rate": result.token_hit_rate, "hit_tokens_by_tier": result.hit_tokens_by_tier,
             "admissions_rejected": result.admissions_rejected, "radix_tokens_per_block": cfg.tokens_per_block,
-            "host_tier": result.config["host_tier"]}  # with the host tier: the class the server runs (host_engine)
+            # with the host tier: the class the server runs (host_engine)
+            "host_tier": result.config["host_tier"], "prefill_chunk_tokens": chunk}
 
 
 def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
@@ -316,6 +331,7 @@ def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
         "offline_admissions_rejected": run.offline["admissions_rejected"] if run.offline else None,
         "offline_radix_tokens_per_block": run.offline["radix_tokens_per_block"] if run.offline else None,
         "offline_host_tier": run.offline.get("host_tier") if run.offline else None,
+        "offline_prefill_chunk_tokens": run.offline.get("prefill_chunk_tokens") if run.offline else None,
         "ttft_ms_p50": percentile(ttfts, 0.5),
         "ttft_ms_p90": percentile(ttfts, 0.9),
         "ttft_ms_p99": percentile(ttfts, 0.99),
@@ -380,7 +396,7 @@ def live_replay(trace: Trace, names: Sequence[str], cfg: LiveConfig, log_dir: Pa
         except RuntimeError as e:  # did not start: the other servers still run; reported, and the exit is 1
             out[name] = {"error": str(e)[-2000:], "failures": len(trace.requests)}
             continue
-        run = replace(run, offline=offline_replay(name, trace, cfg))
+        run = replace(run, offline=offline_replay(name, trace, cfg, run.prefill_chunk))
         out[name] = summarize(run, trace, cfg)
     config = {"trace": trace.path, "rows": len(trace.requests), "block_tokens": trace.block_tokens,
               "capacity_tokens": cfg.capacity_tokens, "host_tokens": cfg.host_tokens,
@@ -428,7 +444,8 @@ def ratio_lines(servers: dict) -> List[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from benchmarks.cli_types import capacity, non_negative_float, positive_int
+    from benchmarks.cli_types import capacity, non_negative_float, non_negative_int, positive_int
+    from benchmarks.fleet_replay import ROUTERS
 
     p.add_argument("--trace", required=True, help="JSONL trace: a path, a file under ../shared/traces/, "
                    "or 'conversation' / 'synthetic'")
@@ -443,6 +460,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speedup", type=non_negative_float, default=0.0,
                    help="divide the trace's inter-arrival times by this (0, the default: send without waiting)")
     p.add_argument("--concurrency", type=positive_int, default=1, help="requests in flight at most")
+    p.add_argument("--replicas", type=positive_int, default=1,
+                   help="N > 1: each server kind as N replicas behind sglang-router, beside one with N x the pools "
+                        "(benchmarks/fleet_replay.py)")
+    p.add_argument("--router", default="cache_aware", choices=ROUTERS,
+                   help="sglang-router policy in front of the replicas (manual: sticky by the row's session)")
+    p.add_argument("--peers", type=non_negative_int, default=0,
+                   help="peer servers shared by the replicas (tiered-host only)")
     p.add_argument("--log-dir", default=None, help="server logs (default: a new temporary folder)")
     p.add_argument("--json", action="store_true")
 
@@ -466,10 +490,12 @@ def check_args(args, parser) -> List[str]:
 
 
 def main(args) -> int:
+    from benchmarks import fleet_replay
     from benchmarks.trace import load_trace
 
     parser = args._parser
     names = check_args(args, parser)
+    fleet = fleet_replay.check_fleet_args(args, names, parser)
     trace = load_trace(args.trace, args.block_tokens, limit=args.limit)
     host = args.host_tokens if args.host_tokens is not None else 2 * args.capacity_tokens
     cfg = LiveConfig(args.capacity_tokens, host, args.tokens_per_block, args.block_tokens, args.speedup,
@@ -484,9 +510,13 @@ def main(args) -> int:
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="live-replay-"))
     # SIGTERM unwinds like an exception, so the `finally` that stops the running server runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    report = live_replay(trace, names, cfg, log_dir, int(model["vocab_size"]))
+    if fleet:
+        blocks = BlockTokens(cfg.tokens_per_block, int(model["vocab_size"]), sibling_ranks(trace.requests))
+        report = fleet_replay.fleet_replay(trace, names, cfg, fleet, log_dir, blocks)
+    else:
+        report = live_replay(trace, names, cfg, log_dir, int(model["vocab_size"]))
     if args.json:
         print(json.dumps(report, indent=2))  # servers in the order run
     else:
-        print(table(report))
+        print(fleet_replay.table(report) if fleet else table(report))
     return 0 if all(s["failures"] == 0 for s in report["servers"].values()) else 1

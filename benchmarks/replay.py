@@ -41,6 +41,8 @@ class ReplayConfig:
     # tokens each request generates, cached after its prompt as SGLang's cache_finished_req does and never
     # asked for again (benchmarks.engines); live-replay's offline twin uses 1, as its requests do
     output_tokens: int = 0
+    # the live server's chunked_prefill_size in radix tokens (0: no chunks), for the live replay's twin
+    prefill_chunk_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
             engine, lower = host_tier_engine(cfg, bt, clock)
         else:
             engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config,
-                                 cfg.radix_tokens_per_block, cfg.output_tokens)
+                                 cfg.radix_tokens_per_block, cfg.output_tokens, cfg.prefill_chunk_tokens)
         t_start = time.perf_counter()  # after the engine is built: SGLang's import is not replay time
         for req in _progress(reqs, cfg):
             clock.set(max(clock.now(), req.time_s))
@@ -152,6 +154,7 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
             "stock": cfg.policy in STOCK_POLICIES,
             "radix_tokens_per_block": cfg.radix_tokens_per_block,
             "output_tokens": cfg.output_tokens,
+            "prefill_chunk_tokens": cfg.prefill_chunk_tokens,
             "host_tier": engine.name if host_engine else ("victim-cache model" if cfg.host_tokens > 0 else None),
         },
     )

@@ -34,7 +34,9 @@ In the server a request is recorded and decided once, at its first insert: `cach
 prefill (if it goes on decoding), else `cache_finished_req`; the decision is kept on the request. A request
 declined while running keeps its KV to itself (the tree is not touched; `insert` raises before any change and
 `cache_unfinished_req` returns, as for SGLang's own `skip_radix_cache_insert`) and frees it when it finishes. A
-chunk of a chunked prefill is inserted without a decision (`cache_unfinished_req` re-matches it). After a
+chunk of a chunked prefill is inserted without a decision (`cache_unfinished_req` re-matches it), in the
+server and in the simulated tree alike (a `chunked` insert), so a long prompt's chunks enter the tree and
+only what its last chunk adds is decided. After a
 decline inside `cache_finished_req`, the topology-only prompt re-insert is skipped, since its KV is being freed.
 
 Threading: like RadixCache, used only from the scheduler thread that owns it.
@@ -213,7 +215,8 @@ class TieredRadixCache(RadixCache):
                                lambda n: n.lock_ref > 0 or n in on_path)
         if counted:
             self._record_request(path, cand_key, matched, len(key))
-        if remainder and (self._simulated or (self._deciding and counted)):
+        deciding = (self._simulated and not params.chunked) or (self._deciding and counted)
+        if remainder and deciding:
             if not self._admits(path, anchor, cand_key, remainder, counted, ttl_s):
                 if self._deciding == "unfinished":
                     raise _DeclinedWhileRunning

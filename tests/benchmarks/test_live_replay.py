@@ -225,3 +225,27 @@ def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys):
     assert device["evictions"] > 0  # contended
     assert report["servers"]["stock"]["eviction_ms_per_request"] > 0  # stock's policy cost, from /metrics
     assert report["servers"]["tiered"]["policy_ms_per_request"] > 0
+
+
+@pytest.mark.parametrize("n, matched, chunk, expected", [
+    (10, 0, 0, []),  # no chunked prefill
+    (10, 0, 4, [4, 8]),  # two whole chunks leave a part to compute; the last chunk ends with the request
+    (8, 0, 4, [4]),  # the second chunk is the last: inserted when the request finishes, not as a chunk
+    (10, 3, 4, [7]),  # chunks start after the cached prefix
+    (5, 3, 4, []),
+])
+def test_chunked_prefill_inserts_each_chunk_that_leaves_part_of_the_prompt(n, matched, chunk, expected):
+    from benchmarks.engines import OutputTokens
+
+    assert list(OutputTokens(1, chunk).chunk_ends(n, matched)) == expected
+
+
+def test_the_server_chunk_size_is_read_from_its_start_up_log(tmp_path):
+    from benchmarks.live_replay import server_chunk_tokens
+    from benchmarks.servers import Server
+
+    log = tmp_path / "s.log"
+    log.write_text("x\nserver_args={'max_total_tokens': 6240, 'chunked_prefill_size': 2048, 'page_size': 1}\n")
+    assert server_chunk_tokens(Server("http://127.0.0.1:1", None, log)) == 2048
+    log.write_text("nothing here\n")
+    assert server_chunk_tokens(Server("http://127.0.0.1:1", None, log)) is None

@@ -164,6 +164,22 @@ def test_a_may_admit_decline_skips_the_victim_query_and_adds_nothing():
     check_invariants(c)
 
 
+def test_a_chunk_of_a_chunked_prefill_enters_undecided_and_the_rest_is_decided():
+    """Guards: the simulated tree deciding each chunk of a chunked prefill, which the server never does
+    (`cache_unfinished_req(chunked=True)` inserts it without a decision): a long prompt's live and offline
+    trees then differed by whole chunks (the live replay's twin disagreed with the server by 0.047)."""
+    c = TieredRadixCache.create_simulated(policy="reuse-gate", capacity_tokens=8, clock=ManualClock())
+    for toks in ([1, 1], [2, 2], [3]):  # 5 of 8 tokens: any remainder of 3 or more is under pressure
+        ins(c, toks)
+    c.policy.inner.gate.threshold = 1.0  # every decided remainder is declined
+    prompt = [9, 8, 7, 6, 5]
+    c.insert(InsertParams(key=key(prompt[:3]), value=torch.arange(3, dtype=torch.int64), chunked=True))
+    assert c.tier_stats().admissions_rejected == 0 and hit(c, prompt) == 3  # the chunk is in, undecided
+    ins(c, prompt)  # the request's own insert: its remainder beyond the chunk is decided
+    assert c.tier_stats().admissions_rejected == 1 and hit(c, prompt) == 3
+    check_invariants(c)
+
+
 @pytest.mark.parametrize("name", ["tinylfu", "reuse-gate"])
 def test_a_session_ttl_request_passes_the_learned_bar(name):
     """Guards: a gate that declines what a client asked to retain (cache_control TTL): the session's next
