@@ -50,11 +50,12 @@ class Server:
             raise RuntimeError(f"POST {path} -> {status}: {parsed}")
         return parsed
 
-    def post_status(self, path: str, body, timeout: float = REQUEST_DEADLINE_S, method: str = "POST"):
+    def post_status(self, path: str, body, timeout: float = REQUEST_DEADLINE_S, method: str = "POST",
+                    headers: Optional[dict] = None):
         """(status, parsed body) without raising on 4xx/5xx."""
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, headers={"content-type": "application/json"},
-                                     method=method)
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"content-type": "application/json", **(headers or {})})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, json.load(r)
