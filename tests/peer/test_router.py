@@ -22,6 +22,7 @@ from typing import Dict, List
 
 import pytest
 
+from benchmarks.fleet_replay import served_requests
 from benchmarks.router import start_router, stop_router, wait_healthy_workers, worker_loads
 from benchmarks.servers import PeerProcess, peer_stats, wait_for_peer_pages
 from tests.peer.test_two_servers import words
@@ -75,11 +76,7 @@ def cluster(tmp_path_factory):
 
 def served(replica: Server) -> int:
     """Requests the replica finished (SGLang's own `sglang:num_requests_total`; health checks are not counted)."""
-    total = 0.0
-    for line in replica.get("/metrics").splitlines():
-        if line.startswith("sglang:num_requests_total"):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+    return served_requests(replica)
 
 
 def served_by(cluster: Cluster) -> Dict[str, int]:
