@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
+MAX_PREFETCH_THRESHOLD = 1 << 20  # tokens: longer than any context, so "never ask the peer tier" is expressible
 
 
 def parse_peers(spec) -> List[Tuple[str, int]]:
@@ -66,6 +67,8 @@ class TierConfig:
     retention_budget: float = 0.5
     peers: Tuple[str, ...] = ()  # HOST:PORT of peer block servers (sglang_ext.peer_server)
     stats_tenants: bool = False  # per-tenant occupancy in /tiers/stats: only when the operator asks
+    # HiCache asks the peer tier only for a prefix whose part beyond device and host memory is at least this long
+    peer_prefetch_threshold: int = 256  # tokens (SGLang's storage `prefetch_threshold`, same default)
 
     def validate(self) -> "TierConfig":
         check_policy_name(self.policy)
@@ -81,6 +84,10 @@ class TierConfig:
                 parse_peers(self.peers)
             except ValueError as e:
                 raise TierConfigError(f"--tier-peers: {e}") from None
+        if (not isinstance(self.peer_prefetch_threshold, int) or isinstance(self.peer_prefetch_threshold, bool)
+                or not 1 <= self.peer_prefetch_threshold <= MAX_PREFETCH_THRESHOLD):
+            raise TierConfigError(f"--tier-peer-prefetch-threshold: want a whole number of tokens in 1.."
+                                  f"{MAX_PREFETCH_THRESHOLD}, got {self.peer_prefetch_threshold!r}")
         if not 0 < self.retention_budget <= 1:
             raise TierConfigError(f"--tier-retention-budget: must be a fraction in (0, 1], got {self.retention_budget}")
         return self
@@ -100,7 +107,8 @@ class TierConfig:
         """SGLang flags that put the peer tier under HiCache as its L3 (a `dynamic` storage backend).
         `model_revision` (tiers.keys.weights_revision) goes into every peer key's namespace."""
         extra = {"backend_name": "peer", "module_path": "sglang_ext.peer_storage", "class_name": "PeerStorage",
-                 "interface_v1": 1, "peers": ",".join(self.peers), "model_revision": model_revision}
+                 "interface_v1": 1, "peers": ",".join(self.peers), "model_revision": model_revision,
+                 "prefetch_threshold": self.peer_prefetch_threshold}  # SGLang takes this key out for itself
         return ["--hicache-storage-backend", "dynamic", "--hicache-storage-backend-extra-config", json.dumps(extra)]
 
 
@@ -112,6 +120,10 @@ def add_tier_args(parser: argparse.ArgumentParser) -> None:
                        help="default retention TTL for SGLang sessions (session_params) without cache_control")
     group.add_argument("--tier-peers", default="", metavar="HOST:PORT,...",
                        help="peer block servers for the peer tier (implies --enable-hierarchical-cache)")
+    group.add_argument("--tier-peer-prefetch-threshold", type=int, default=TierConfig.peer_prefetch_threshold,
+                       metavar="TOKENS", help="look a prefix up in the peer tier only when its part beyond device "
+                                              "and host memory is at least this many tokens (SGLang's storage "
+                                              "prefetch_threshold)")
     group.add_argument("--tier-retention-budget", type=float, default=TierConfig.retention_budget,
                        metavar="FRACTION", help="fraction of each tier's capacity that retained prefixes may hold")
     group.add_argument("--tier-stats-tenants", action="store_true",
@@ -126,4 +138,5 @@ def tier_config_from_args(args: argparse.Namespace) -> TierConfig:
         retention_budget=args.tier_retention_budget,
         peers=tuple(p.strip() for p in args.tier_peers.split(",") if p.strip()),
         stats_tenants=bool(args.tier_stats_tenants),
+        peer_prefetch_threshold=args.tier_peer_prefetch_threshold,
     ).validate()

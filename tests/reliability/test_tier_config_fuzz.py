@@ -54,11 +54,20 @@ def good_peers(text: str) -> bool:
     return len(set(addresses)) == len(addresses)
 
 
+def good_threshold(text: str) -> bool:
+    try:
+        v = int(text)  # what argparse's type=int takes
+    except ValueError:
+        return False
+    return 1 <= v <= 1 << 20
+
+
 CASES = {
     "--tier-session-ttl": good_ttl,
     "--tier-retention-budget": good_budget,
     "--tier-policy": lambda t: t in policy_names() or ":" in t,
     "--tier-peers": good_peers,
+    "--tier-peer-prefetch-threshold": good_threshold,
 }
 
 

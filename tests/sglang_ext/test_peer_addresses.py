@@ -24,3 +24,24 @@ def test_a_bad_address_list_is_refused_naming_it(bad):
 def test_the_same_peer_written_twice_is_refused_by_the_launcher_too():
     with pytest.raises(TierConfigError, match="--tier-peers: a peer is listed twice"):
         TierConfig(peers=("h:5", "h:05")).validate()
+
+
+def test_the_peer_prefetch_threshold_reaches_hicache_through_the_storage_config():
+    """SGLang reads `prefetch_threshold` out of the storage backend's extra config (and hands the rest to the
+    backend): what `--tier-peer-prefetch-threshold` sets is what HiCache uses."""
+    import json
+
+    from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
+
+    for threshold in (8, 256):
+        args = TierConfig(peers=("h:5",), peer_prefetch_threshold=threshold).validate().storage_args()
+        extra = args[args.index("--hicache-storage-backend-extra-config") + 1]
+        config, used, _, _ = HiRadixCache._parse_storage_backend_extra_config(None, extra)
+        assert used == threshold
+        assert "prefetch_threshold" not in config and json.loads(extra)["peers"] == "h:5"
+
+
+@pytest.mark.parametrize("bad", [0, -1, (1 << 20) + 1, 2.5, True, "8"])
+def test_a_bad_peer_prefetch_threshold_is_refused_naming_the_flag(bad):
+    with pytest.raises(TierConfigError, match="--tier-peer-prefetch-threshold"):
+        TierConfig(peer_prefetch_threshold=bad).validate()
