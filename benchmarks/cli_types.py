@@ -49,6 +49,24 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def float_in(low: float, high: float, unit: str):
+    """A type for numbers in (low, high] of `unit` (NaN is outside every range)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not low < value <= high:
+            raise argparse.ArgumentTypeError(f"must be in ({low:g}, {high:g}] {unit}, got {text}")
+        return value
+
+    return parse
+
+
+gigabytes = float_in(0, 64, "GB")  # a peer pool's size
+
+
 def json_object(text: str) -> dict:
     try:
         value = json.loads(text)

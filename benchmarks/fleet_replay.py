@@ -15,27 +15,44 @@ Design note
   together).
 - Per replica: requests it served (SGLang's `sglang:num_requests_total`; the router's health checks are not
   requests), and for ours its `/tiers/stats`. `load_imbalance` is max / mean of those counts (1.0: even).
-- Peers: `--tier-peers` on every replica (ours only), with `--hicache-storage-prefetch-policy wait_complete`, so a
-  prefix another replica wrote to a peer is loaded before the request runs rather than raced. Hit tokens by tier
-  use SGLang's names: `storage` is the peer tier.
+- Peers (`--peers M`, `--peer-capacity-gb G` each): `--tier-peers` on every replica (ours only), with `--hicache-storage-prefetch-policy wait_complete`, so a
+  prefix another replica wrote to a peer is loaded before the request runs rather than raced, and with SGLang's
+  prefetch threshold scaled as the pools are (256 trace tokens, `--tier-peer-prefetch-threshold 256 K / B`): at
+  SGLang's 256 tokens, a threshold of 16 trace blocks at K = 16, a session's next turn on another replica (its
+  previous turn and reply, a few blocks) would never be asked of the peer. Hit tokens by tier use SGLang's names:
+  `storage` is the peer tier.
+- Failover (`--kill-replica-after K`): just before row K is sent, replica 0's process group is SIGKILLed (what it
+  had served is read first). The router then runs with health checks every second, one failure marking a worker
+  unhealthy (`FAILOVER_ROUTER_ARGS`); rows in flight on the dead replica are the router's to retry. Reported: the
+  failures, hit tokens and peer (`storage`) hit tokens of rows K on. Every row's greedy output is compared with the
+  pooled server's (`outputs_differing_from_pooled`): a cache on any tier may change where the answer comes from,
+  never what it is.
 - Everything started is stopped in a `finally`; every start and request has a deadline.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchmarks.live_replay import (SERVER_KINDS, BlockTokens, LiveConfig, ServerRun, metric_sum, send_row,
-                                    send_rows, server_args, server_pool_tokens, summarize)
+from benchmarks.live_replay import (SERVER_KINDS, BlockTokens, LiveConfig, Sent, ServerRun, flush_when_idle,
+                                    hit_tokens_by_tier, metric_sum, send_row, send_rows, server_args,
+                                    server_pool_tokens, summarize)
 from benchmarks.servers import PeerProcess, Server, start_server
 from benchmarks.trace import Request, Trace
 
 ROUTERS = ("round_robin", "cache_aware", "power_of_two", "manual")
 ROUTING_KEY_HEADER = "x-smg-routing-key"  # sglang-router's sticky-routing header (manual policy)
+SGLANG_PREFETCH_THRESHOLD = 256  # tokens: HiCache asks storage only for a missing part at least this long
+# A dead replica is marked unhealthy at the first failed check, a second after it died (defaults: 60 s, 3 checks)
+FAILOVER_ROUTER_ARGS = ("--health-check-interval-secs", "1", "--health-failure-threshold", "1")
 
 
 @dataclass(frozen=True)
@@ -43,6 +60,9 @@ class FleetConfig:
     replicas: int
     router: str = "cache_aware"
     peers: int = 0
+    kill_replica_after: Optional[int] = None  # rows sent before replica 0 is SIGKILLed; None: no kill
+    router_args: Tuple[str, ...] = ()  # more sglang-router flags (balance thresholds, cache threshold)
+    peer_capacity_gb: float = 0.25  # each peer's pool
 
 
 def routing_key(req: Request) -> str:
@@ -65,10 +85,61 @@ def served_requests(server: Server) -> int:
     return int(metric_sum(server.get("/metrics"), "sglang:num_requests_total") or 0)
 
 
+class ReplicaKill:
+    """SIGKILLs one replica's process group once, just before row `before_row` is sent; keeps the requests it had
+    served by then (it cannot be asked afterwards). Safe to call from every sending thread."""
+
+    def __init__(self, replica: Server, before_row: int, served_at_start: int):
+        self.replica, self.before_row, self._start = replica, before_row, served_at_start
+        self.served: Optional[int] = None
+        self._lock = threading.Lock()
+
+    def before_sending(self, row: int) -> None:
+        with self._lock:
+            if row < self.before_row or self.served is not None:
+                return
+            self.served = served_requests(self.replica) - self._start
+            try:
+                os.killpg(self.replica.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # already gone: it is killed all the same
+                pass
+            self.replica.proc.wait(timeout=30)
+
+    @property
+    def done(self) -> bool:
+        return self.served is not None
+
+
+def after_kill(sent: Sequence[Sent], trace: Trace, cfg: LiveConfig, before_row: int) -> dict:
+    """What the rows from `before_row` on got, in trace tokens: failures, hit tokens, and those from the peer tier."""
+    hit = peer = 0
+    rows = [s for s in sent if s.index >= before_row]
+    for s in rows:
+        if s.ok:
+            tiers = hit_tokens_by_tier(trace.requests[s.index], s.cached_tokens, s.details, cfg.tokens_per_block,
+                                       trace.block_tokens)
+            hit += sum(tiers.values())
+            peer += tiers.get("storage", 0)
+    return {"killed_replica": 0, "before_row": before_row, "rows": len(rows),
+            "failures": sum(not s.ok for s in rows), "hit_tokens": hit, "peer_hit_tokens": peer}
+
+
+def outputs_differing(a: Sequence[Sent], b: Sequence[Sent]) -> List[int]:
+    """Rows both runs answered with different greedy outputs."""
+    return [x.index for x, y in zip(a, b) if x.ok and y.ok and x.output_ids != y.output_ids]
+
+
+def scaled_prefetch_threshold(cfg: LiveConfig) -> int:
+    """SGLang's storage prefetch threshold (256 tokens) in the tokens the replay sends: a trace block of
+    `block_tokens` becomes `tokens_per_block` ids, so 256 trace tokens are 256 x K / B ids (at least one)."""
+    return max(1, round(SGLANG_PREFETCH_THRESHOLD * cfg.tokens_per_block / cfg.block_tokens))
+
+
 def replica_args(name: str, cfg: LiveConfig, peers: Sequence[PeerProcess]) -> List[str]:
     args = server_args(SERVER_KINDS[name], cfg.device_pool_tokens, cfg.host_ratio)
     if peers:
         args += ["--tier-peers", ",".join(p.address for p in peers),
+                 "--tier-peer-prefetch-threshold", str(scaled_prefetch_threshold(cfg)),
                  "--hicache-storage-prefetch-policy", "wait_complete"]
     return args
 
@@ -95,39 +166,49 @@ def start_replicas(name: str, cfg: LiveConfig, peers: Sequence[PeerProcess], n: 
 
 
 def run_fleet(name: str, trace: Trace, cfg: LiveConfig, fleet: FleetConfig, blocks: BlockTokens,
-              log_dir: Path) -> dict:
+              log_dir: Path) -> Tuple[dict, List[Sent]]:
     """The rows through the router to `fleet.replicas` replicas of `name` (one replica: sent to it directly); the
-    summary of live-replay plus the fleet's own fields."""
+    summary of live-replay plus the fleet's own fields, and what each row got."""
     from benchmarks.progress import track
     from benchmarks.router import start_router, stop_router
 
     peers: List[PeerProcess] = []
     replicas: List[Server] = []
     router = None
+    kill = None
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        peers = [PeerProcess(log_dir).start() for _ in range(fleet.peers)]
+        peers = [PeerProcess(log_dir, fleet.peer_capacity_gb).start() for _ in range(fleet.peers)]
         replicas = start_replicas(name, cfg, peers, fleet.replicas, log_dir)
         for r in replicas:
-            r.get("/flush_cache")  # as live-replay: start from empty pools
+            flush_when_idle(r)  # as live-replay: start from empty pools
         before = [served_requests(r) for r in replicas]
         if fleet.replicas > 1:
-            router = start_router([r.url for r in replicas], log_dir, ["--policy", fleet.router])
+            extra = FAILOVER_ROUTER_ARGS if fleet.kill_replica_after is not None else ()
+            router = start_router([r.url for r in replicas], log_dir,
+                                  ["--policy", fleet.router, *extra, *fleet.router_args])
+            if fleet.kill_replica_after is not None:
+                kill = ReplicaKill(replicas[0], fleet.kill_replica_after, before[0])
         target = router or replicas[0]  # one replica (the pooled server) is sent to directly
         reqs = trace.requests
         bar = iter(track(range(len(reqs)), f"fleet {name}", unit="requests"))
         manual = fleet.router == "manual"
 
         def send(i: int):
+            if kill:
+                kill.before_sending(i)
             headers = {ROUTING_KEY_HEADER: routing_key(reqs[i])} if manual else None
             return send_row(target, blocks.prompt(reqs[i].blocks), i, headers=headers)
 
         start = time.perf_counter()
         sent = send_rows(send, [r.time_s for r in reqs], cfg.speedup, cfg.concurrency, progress=lambda: next(bar, None))
         wall = time.perf_counter() - start
-        counts = [served_requests(r) - b for r, b in zip(replicas, before)]
-        pool = server_pool_tokens(replicas[0])
-        stats = [r.get("/tiers/stats") if SERVER_KINDS[name].kind == "tiered" else None for r in replicas]
+        live = [r for r in replicas if not (kill and kill.done and r is kill.replica)]
+        counts = [kill.served if kill and kill.done and r is kill.replica else served_requests(r) - b
+                  for r, b in zip(replicas, before)]
+        pool = server_pool_tokens(live[0])
+        stats = [r.get("/tiers/stats") if SERVER_KINDS[name].kind == "tiered" and r in live else None
+                 for r in replicas]
     finally:
         if router is not None:
             stop_router(router)
@@ -138,8 +219,9 @@ def run_fleet(name: str, trace: Trace, cfg: LiveConfig, fleet: FleetConfig, bloc
     out = summarize(ServerRun(name, sent, wall, pool_tokens=pool), trace, cfg)
     out.update({"replicas": fleet.replicas, "router": fleet.router, "peers": fleet.peers,
                 "replica_requests": counts, "load_imbalance": load_imbalance(counts),
-                "replica_tier_stats": stats})
-    return out
+                "replica_tier_stats": stats,
+                "failover": after_kill(sent, trace, cfg, kill.before_row) if kill and kill.done else None})
+    return out, sent
 
 
 def pooled_config(cfg: LiveConfig, n: int) -> LiveConfig:
@@ -153,8 +235,9 @@ def fleet_replay(trace: Trace, names: Sequence[str], cfg: LiveConfig, fleet: Fle
     pooled_cfg = pooled_config(cfg, fleet.replicas)
     for name in names:
         try:
-            s = run_fleet(name, trace, cfg, fleet, blocks, log_dir)
-            pooled = run_fleet(name, trace, pooled_cfg, replace(fleet, replicas=1), blocks, log_dir)
+            s, fleet_sent = run_fleet(name, trace, cfg, fleet, blocks, log_dir)
+            pooled, pooled_sent = run_fleet(name, trace, pooled_cfg, replace(fleet, replicas=1,
+                                                                             kill_replica_after=None), blocks, log_dir)
         except RuntimeError as e:  # did not start: the other kinds still run; reported, and the exit is 1
             out[name] = {"error": str(e)[-2000:], "failures": len(trace.requests)}
             continue
@@ -162,15 +245,21 @@ def fleet_replay(trace: Trace, names: Sequence[str], cfg: LiveConfig, fleet: Fle
         s["pooled"] = {k: pooled[k] for k in ("token_hit_rate", "hit_tokens_by_tier", "ttft_ms_p50", "ttft_ms_p99",
                                                 "ttft_ms_mean", "requests", "failures", "device_pool_tokens")}
         s["fleet_over_pooled"] = s["token_hit_rate"] / pooled["token_hit_rate"] if pooled["token_hit_rate"] else None
+        s["outputs_differing_from_pooled"] = outputs_differing(fleet_sent, pooled_sent)
         out[name] = s
     return {"servers": out, "fleet": {"replicas": fleet.replicas, "router": fleet.router, "peers": fleet.peers,
+                                      "router_args": list(fleet.router_args),
+                                      "peer_capacity_gb": fleet.peer_capacity_gb,
+                                      "kill_replica_after": fleet.kill_replica_after,
                                       "pooled_capacity_tokens": pooled_cfg.capacity_tokens,
                                       "pooled_host_tokens": pooled_cfg.host_tokens}}
 
 
 def table(report: dict) -> str:
     f = report["fleet"]
-    rows = [f"{f['replicas']} replicas behind sglang-router ({f['router']}), {f['peers']} peer(s); pooled: one "
+    flags = " ".join(f.get("router_args") or ())
+    rows = [f"{f['replicas']} replicas behind sglang-router ({f['router']}{' ' + flags if flags else ''}), "
+            f"{f['peers']} peer(s); pooled: one "
             f"server with {f['pooled_capacity_tokens']} device (+{f['pooled_host_tokens']} host) trace tokens",
             "| server | fleet hit | pooled hit | fleet / pooled | hit tokens by tier | requests per replica | "
             "load imbalance | TTFT mean ms | pooled TTFT mean ms | failures |",
@@ -183,6 +272,15 @@ def table(report: dict) -> str:
         rows.append(f"| {name} | {s['token_hit_rate']:.4f} | {s['pooled_token_hit_rate']:.4f} | {ratio} | "
                     f"{s['hit_tokens_by_tier']} | {s['replica_requests']} | {s['load_imbalance']:.2f} | "
                     f"{s['ttft_ms_mean']:.1f} | {s['pooled']['ttft_ms_mean']:.1f} | {s['failures']} |")
+    for name, s in report["servers"].items():
+        if "error" in s:
+            continue
+        if s["failover"]:
+            k = s["failover"]
+            rows.append(f"{name}: replica 0 killed before row {k['before_row']}; the {k['rows']} rows from there: "
+                        f"{k['failures']} failed, {k['hit_tokens']} hit tokens, {k['peer_hit_tokens']} from the peer")
+        rows.append(f"{name}: {len(s['outputs_differing_from_pooled'])} rows answered differently from the pooled "
+                    f"server")
     return "\n".join(rows)
 
 
@@ -192,6 +290,14 @@ def check_fleet_args(args, names: Sequence[str], parser) -> Optional[FleetConfig
         parser.error("argument --peers: a peer tier shared by replicas needs --replicas 2 or more")
     if args.peers and any(n != "tiered-host" for n in names):
         parser.error("argument --peers: only our host-tier server (--servers tiered-host) uses peers")
+    if args.kill_replica_after is not None and args.replicas < 2:
+        parser.error("argument --kill-replica-after: failover needs --replicas 2 or more")
+    router_args = tuple(shlex.split(args.router_args or ""))
+    if router_args and args.replicas < 2:
+        parser.error("argument --router-args: a router runs only in front of --replicas 2 or more")
+    if any(a in ("--policy", "--worker-urls", "--host", "--port") for a in router_args):
+        parser.error("argument --router-args: the policy, workers and address are set by the fleet replay")
     if args.replicas < 2:
         return None
-    return FleetConfig(args.replicas, args.router, args.peers)
+    return FleetConfig(args.replicas, args.router, args.peers, args.kill_replica_after, router_args,
+                       args.peer_capacity_gb)

@@ -10,9 +10,8 @@ import sys
 from benchmarks.arrivals import ARRIVAL_KINDS, AZURE_FILES
 from benchmarks.cli_types import non_negative_float as _non_negative_float
 from benchmarks.cli_types import positive_int as _positive_int
-from benchmarks.workloads import KINDS, GenConfig, generate_rows
+from benchmarks.workloads import KIND_DEFAULTS, KINDS, GenConfig, generate_rows
 
-_KIND_DEFAULT_TENANTS = {"chat": 1, "agent": 1, "rag": 1, "tenants": 100}
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids", "session", "ttl_s", "tenant")
 
 
@@ -23,9 +22,11 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--out", required=True, help="output JSONL path ('-' for stdout)")
     g.add_argument("--sessions", type=_positive_int, default=200, help="chat/agent sessions")
     g.add_argument("--requests", type=_positive_int, default=2000, help="rag/tenants requests")
-    g.add_argument("--tenants", type=_positive_int, default=None, help="tenants (default: 100 for 'tenants', else 1)")
+    g.add_argument("--tenants", type=_positive_int, default=None,
+                   help="tenants (default: 100 for 'tenants', 12 for 'tenant-chat', else 1)")
     g.add_argument("--zipf", type=_non_negative_float, default=1.0, help="Zipf exponent of tenant/document popularity")
-    g.add_argument("--system-prompts", type=_positive_int, default=4, help="system prompts per tenant")
+    g.add_argument("--system-prompts", type=_positive_int, default=None,
+                   help="system prompts per tenant (default: 1 for 'tenant-chat', else 4)")
     g.add_argument("--arrivals", choices=ARRIVAL_KINDS, default="poisson")
     g.add_argument("--rate", type=float, default=0.5, help="poisson: new sessions/requests per second")
     g.add_argument("--time-scale", type=_non_negative_float, default=1.0, help="Azure arrivals: gap multiplier")
@@ -42,13 +43,14 @@ def add_generate_parser(sub) -> None:
 def run_generate_cli(args: argparse.Namespace) -> int:
     if args.rate <= 0:
         raise ValueError(f"--rate must be positive, got {args.rate}")
+    preset = {"system_prompts": GenConfig.system_prompts, **KIND_DEFAULTS[args.kind]}
     cfg = GenConfig(
         seed=args.seed,
         sessions=args.sessions,
         requests=args.requests,
-        tenants=args.tenants if args.tenants is not None else _KIND_DEFAULT_TENANTS[args.kind],
+        tenants=args.tenants if args.tenants is not None else preset["tenants"],
         zipf=args.zipf,
-        system_prompts=args.system_prompts,
+        system_prompts=args.system_prompts if args.system_prompts is not None else preset["system_prompts"],
         arrivals=args.arrivals,
         rate=args.rate,
         time_scale=args.time_scale,

@@ -41,7 +41,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.engines import live_hit_blocks
 from benchmarks.servers import REQUEST_DEADLINE_S, Server, start_server
@@ -152,6 +152,7 @@ class Sent:
     details: Optional[dict] = None
     ttft_s: float = 0.0
     error: str = ""
+    output_ids: Tuple[int, ...] = ()  # the greedy reply, to compare servers row by row
 
 
 def send_row(server: Server, ids: List[int], index: int, clock: Callable[[], float] = time.perf_counter,
@@ -167,8 +168,9 @@ def send_row(server: Server, ids: List[int], index: int, clock: Callable[[], flo
     if status != 200 or not isinstance(meta, dict):
         return Sent(index, False, ttft_s=elapsed, error=f"{status}: {str(reply)[:200]}")
     details = meta.get("cached_tokens_details")
+    out = reply.get("output_ids")
     return Sent(index, True, int(meta.get("cached_tokens") or 0), details if isinstance(details, dict) else None,
-                elapsed)
+                elapsed, output_ids=tuple(out) if isinstance(out, list) else ())
 
 
 def send_rows(send: Callable[[int], Sent], times: Sequence[float], speedup: float, concurrency: int,
@@ -225,6 +227,15 @@ def server_args(spec: ServerKind, device_tokens: int, host_ratio: float) -> List
     return args
 
 
+FLUSH_IDLE_DEADLINE_S = 60
+
+
+def flush_when_idle(server: Server) -> None:
+    """Empty the server's pools once it is idle: a flush while anything runs (a start-up warm-up request still in
+    flight on a loaded machine) is refused with a 400; SGLang's `timeout` defers it until idle, within a deadline."""
+    server.get(f"/flush_cache?timeout={FLUSH_IDLE_DEADLINE_S}", timeout=FLUSH_IDLE_DEADLINE_S + 30)
+
+
 def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, log_dir: Path) -> ServerRun:
     from benchmarks.progress import track
 
@@ -235,7 +246,7 @@ def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, 
         pool, chunk = server_pool_tokens(server), server_chunk_tokens(server)
         # start from empty pools and fresh policy state: whatever the server ran while starting (its health
         # probes) is not in the offline replay, and a learning policy's decisions can turn on one extra node
-        server.get("/flush_cache")
+        flush_when_idle(server)
         reqs = trace.requests
         bar = iter(track(range(len(reqs)), f"live {name}", unit="requests"))
         start = time.perf_counter()
@@ -444,7 +455,7 @@ def ratio_lines(servers: dict) -> List[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from benchmarks.cli_types import capacity, non_negative_float, non_negative_int, positive_int
+    from benchmarks.cli_types import capacity, gigabytes, non_negative_float, non_negative_int, positive_int
     from benchmarks.fleet_replay import ROUTERS
 
     p.add_argument("--trace", required=True, help="JSONL trace: a path, a file under ../shared/traces/, "
@@ -465,8 +476,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(benchmarks/fleet_replay.py)")
     p.add_argument("--router", default="cache_aware", choices=ROUTERS,
                    help="sglang-router policy in front of the replicas (manual: sticky by the row's session)")
+    p.add_argument("--peer-capacity-gb", type=gigabytes, default=0.25, help="each peer's pool (fleet only)")
+    p.add_argument("--router-args", default=None, metavar="FLAGS",
+                   help="more sglang-router flags, one string (e.g. '--balance-abs-threshold 0')")
     p.add_argument("--peers", type=non_negative_int, default=0,
                    help="peer servers shared by the replicas (tiered-host only)")
+    p.add_argument("--kill-replica-after", type=positive_int, default=None, metavar="K",
+                   help="failover: SIGKILL replica 0 just before row K is sent (needs --replicas 2 or more)")
     p.add_argument("--log-dir", default=None, help="server logs (default: a new temporary folder)")
     p.add_argument("--json", action="store_true")
 

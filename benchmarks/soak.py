@@ -503,37 +503,15 @@ def _result(tally: _Tally, injector: FaultInjector, verifier: _Verifier, locks: 
 
 
 def add_arguments(p) -> None:
-    from benchmarks.cli_types import positive_int
+    from benchmarks.cli_types import float_in, gigabytes, positive_int
 
-    def positive_float(text: str) -> float:
-        import argparse
-
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not 0 < value <= 3600:
-            raise argparse.ArgumentTypeError(f"must be in (0, 3600] seconds, got {text}")
-        return value
-
-    p.add_argument("--duration", type=positive_float, required=True, help="seconds of load (at most 3600)")
+    p.add_argument("--duration", type=float_in(0, 3600, "seconds"), required=True, help="seconds of load (at most 3600)")
     p.add_argument("--sessions", type=positive_int, default=8, help="concurrent session threads")
     p.add_argument("--tenants", type=positive_int, default=3, help="distinct cache_salt values")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-total-tokens", type=positive_int, default=1500, help="device pool of the tiered server")
     p.add_argument("--faults", action="store_true",
                    help="peer kill/restart and freeze, server restart, host memory pressure, weights change")
-    def gigabytes(text: str) -> float:
-        import argparse
-
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not 0 < value <= 64:
-            raise argparse.ArgumentTypeError(f"must be in (0, 64] GB, got {text}")
-        return value
-
     p.add_argument("--peer-capacity-gb", type=gigabytes, default=0.25,
                    help="the peer's pool; its RSS grows until the pool is touched once, then stays")
     p.add_argument("--log-dir", default=None, help="server logs (default: a new temp folder)")

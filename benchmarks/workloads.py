@@ -11,6 +11,10 @@ Kinds
 - agent: loops that resend a growing transcript (tool output + model output per step), short gaps.
 - rag: a shared system prompt + k documents drawn by Zipf popularity + a question; no sessions.
 - tenants: many tenants picked by Zipf popularity, each with its own system prompts; one-shot requests.
+- tenant-chat: chat sessions of a few tenants whose sizes follow Zipf (by default 12 tenants, one system prompt
+  each): a fleet's load balance and its cache affinity pull against each other, since routing every session of
+  the biggest tenant to the replica holding its system prompt overloads that replica. The builder is chat's; the
+  kind is its defaults (`KIND_DEFAULTS`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 from benchmarks.arrivals import LengthSampler, arrival_times
 
 Piece = Tuple[Hashable, int]
-KINDS = ("chat", "agent", "rag", "tenants")
+KINDS = ("chat", "agent", "rag", "tenants", "tenant-chat")
+# what a kind sets unless the command line does: tenants, and system prompts per tenant
+KIND_DEFAULTS = {"chat": {"tenants": 1}, "agent": {"tenants": 1}, "rag": {"tenants": 1},
+                 "tenants": {"tenants": 100}, "tenant-chat": {"tenants": 12, "system_prompts": 1}}
 
 
 class BlockIds:
@@ -172,7 +179,7 @@ def _tenants(g: _Gen) -> None:
         g.emit(t, tenant, pieces, g.lengths.output_tokens(), session=None, ttl=g.cfg.ttl_s)
 
 
-_BUILDERS = {"chat": _chat, "agent": _agent, "rag": _rag, "tenants": _tenants}
+_BUILDERS = {"chat": _chat, "agent": _agent, "rag": _rag, "tenants": _tenants, "tenant-chat": _chat}
 
 
 def generate_rows(kind: str, cfg: GenConfig) -> List[dict]:

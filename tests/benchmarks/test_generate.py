@@ -86,3 +86,18 @@ def test_block_ids_share_exactly_the_common_prefix():
     c = ids.hash_ids("other", [("sys", 6), ("u1", 5)])
     assert len(a) == 3 and a[0] == b[0] and a[1] != b[1]
     assert not set(a) & set(c)
+
+
+def test_tenant_chat_tenants_differ_in_size_and_a_tenants_sessions_share_its_one_system_prompt(tmp_path):
+    rows = [json.loads(x) for x in generate(tmp_path, "tenant-chat", 3, "--sessions", "200").splitlines()]
+    sessions, first_blocks = {}, {}
+    for r in rows:
+        sessions.setdefault(r["tenant"], set()).add(r["session"])
+        first_blocks.setdefault(r["tenant"], set()).add(r["hash_ids"][0])
+    sizes = sorted((len(s) for s in sessions.values()), reverse=True)
+    assert len(sizes) == 12  # the kind's default
+    assert sizes[0] >= 4 * sizes[-1]  # Zipf: the biggest tenant dwarfs the smallest
+    for tenant, blocks in first_blocks.items():
+        # one system prompt: every session starts with its first block, unless it is shorter than a block
+        assert len(blocks) in (1, len(sessions[tenant])), (tenant, len(blocks), len(sessions[tenant]))
+    assert sum(len(b) == 1 for b in first_blocks.values()) >= 6

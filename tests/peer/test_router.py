@@ -22,7 +22,7 @@ from typing import Dict, List
 
 import pytest
 
-from benchmarks.fleet_replay import served_requests
+from benchmarks.fleet_replay import FAILOVER_ROUTER_ARGS, ROUTING_KEY_HEADER, served_requests
 from benchmarks.router import start_router, stop_router, wait_healthy_workers, worker_loads
 from benchmarks.servers import PeerProcess, peer_stats, wait_for_peer_pages
 from tests.peer.test_two_servers import words
@@ -30,7 +30,7 @@ from tests.support import REQUEST_DEADLINE_S, Server, start_server
 
 pytestmark = pytest.mark.server
 # Fast health checks, so that a killed replica is marked unhealthy within seconds (default: every 60 s).
-ROUTER_ARGS = ["--policy", "cache_aware", "--health-check-interval-secs", "1", "--health-failure-threshold", "1"]
+ROUTER_ARGS = ["--policy", "cache_aware", *FAILOVER_ROUTER_ARGS]
 REPLICA_ARGS = ["--max-total-tokens", "2000", "--hicache-storage-prefetch-policy", "wait_complete",
                 "--enable-cache-report", "--enable-metrics"]
 FAILOVER_DEADLINE_S = 60.0
@@ -131,6 +131,27 @@ def test_a_repeated_prompt_goes_back_to_its_replica_and_hits_its_cache(cluster):
     assert second["meta_info"]["cached_tokens"] >= second["meta_info"]["prompt_tokens"] - 2, second["meta_info"]
     assert second["meta_info"]["cached_tokens"] > first["meta_info"]["cached_tokens"]
     assert second["output_ids"] == first["output_ids"]
+
+
+def test_a_routing_key_keeps_generate_and_openai_requests_on_one_replica(cluster, tmp_path):
+    """sglang-router's manual policy reads the sticky key from a header, which a client sends alike on /generate and
+    on the OpenAI routes (a second router over the same replicas)."""
+    router = start_router([r.url for r in cluster.replicas], tmp_path, ["--policy", "manual"], name="manual")
+    try:
+        for key in ("session-a", "session-b", "session-c"):
+            before = served_by(cluster)
+            for n in range(2):
+                status, _ = router.post_status("/generate", {"text": words(51 + n, 50), "sampling_params": {
+                    "max_new_tokens": 2, "temperature": 0}}, headers={ROUTING_KEY_HEADER: key})
+                assert status == 200
+                status, _ = router.post_status("/v1/chat/completions", {
+                    "model": "default", "messages": [{"role": "user", "content": words(61 + n, 50)}],
+                    "max_tokens": 2, "temperature": 0}, headers={ROUTING_KEY_HEADER: key})
+                assert status == 200
+            counts = delta(before, served_by(cluster))
+            assert sorted(counts.values()) == [0, 4], (key, counts)  # all four on the key's replica
+    finally:
+        stop_router(router)
 
 
 def test_killed_replica_router_fails_over_and_the_peer_serves_its_prefix(cluster):
