@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.live_replay import (SERVER_KINDS, BlockTokens, LiveConfig, Sent, ServerRun, flush_when_idle,
-                                    hit_tokens_by_tier, metric_sum, send_row, send_rows, server_args,
+                                    metric_sum, send_row, send_rows, sent_tokens_by_tier, server_args,
                                     server_pool_tokens, summarize)
 from benchmarks.servers import PeerProcess, Server, start_server
 from benchmarks.trace import Request, Trace
@@ -112,16 +112,11 @@ class ReplicaKill:
 
 def after_kill(sent: Sequence[Sent], trace: Trace, cfg: LiveConfig, before_row: int) -> dict:
     """What the rows from `before_row` on got, in trace tokens: failures, hit tokens, and those from the peer tier."""
-    hit = peer = 0
     rows = [s for s in sent if s.index >= before_row]
-    for s in rows:
-        if s.ok:
-            tiers = hit_tokens_by_tier(trace.requests[s.index], s.cached_tokens, s.details, cfg.tokens_per_block,
-                                       trace.block_tokens)
-            hit += sum(tiers.values())
-            peer += tiers.get("storage", 0)
+    tiers = sent_tokens_by_tier(rows, trace, cfg.tokens_per_block)
     return {"killed_replica": 0, "before_row": before_row, "rows": len(rows),
-            "failures": sum(not s.ok for s in rows), "hit_tokens": hit, "peer_hit_tokens": peer}
+            "failures": sum(not s.ok for s in rows), "hit_tokens": sum(tiers.values()),
+            "peer_hit_tokens": tiers.get("storage", 0)}
 
 
 def outputs_differing(a: Sequence[Sent], b: Sequence[Sent]) -> List[int]:
@@ -203,11 +198,10 @@ def run_fleet(name: str, trace: Trace, cfg: LiveConfig, fleet: FleetConfig, bloc
         start = time.perf_counter()
         sent = send_rows(send, [r.time_s for r in reqs], cfg.speedup, cfg.concurrency, progress=lambda: next(bar, None))
         wall = time.perf_counter() - start
-        live = [r for r in replicas if not (kill and kill.done and r is kill.replica)]
-        counts = [kill.served if kill and kill.done and r is kill.replica else served_requests(r) - b
-                  for r, b in zip(replicas, before)]
-        pool = server_pool_tokens(live[0])
-        stats = [r.get("/tiers/stats") if SERVER_KINDS[name].kind == "tiered" and r in live else None
+        dead = kill.replica if kill and kill.done else None  # it cannot be asked: its count was kept
+        counts = [kill.served if r is dead else served_requests(r) - b for r, b in zip(replicas, before)]
+        pool = server_pool_tokens(next(r for r in replicas if r is not dead))
+        stats = [r.get("/tiers/stats") if SERVER_KINDS[name].kind == "tiered" and r is not dead else None
                  for r in replicas]
     finally:
         if router is not None:

@@ -321,15 +321,22 @@ def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Op
             "host_tier": result.config["host_tier"], "prefill_chunk_tokens": chunk}
 
 
-def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
-    reqs, k, bt = trace.requests, cfg.tokens_per_block, trace.block_tokens
+def sent_tokens_by_tier(sent: Sequence[Sent], trace: Trace, k: int) -> Dict[str, int]:
+    """Trace tokens the answered rows of `sent` hit, summed per tier."""
     by_tier: Dict[str, int] = {}
-    full_hits = 0
-    for s in run.sent:
+    for s in sent:
         if s.ok:
-            full_hits += live_hit_blocks(s.cached_tokens, len(reqs[s.index].blocks), k) == len(reqs[s.index].blocks)
-            for tier, tokens in hit_tokens_by_tier(reqs[s.index], s.cached_tokens, s.details, k, bt).items():
+            for tier, tokens in hit_tokens_by_tier(trace.requests[s.index], s.cached_tokens, s.details, k,
+                                                   trace.block_tokens).items():
                 by_tier[tier] = by_tier.get(tier, 0) + tokens
+    return by_tier
+
+
+def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
+    reqs, k = trace.requests, cfg.tokens_per_block
+    by_tier = sent_tokens_by_tier(run.sent, trace, k)
+    full_hits = sum(live_hit_blocks(s.cached_tokens, len(reqs[s.index].blocks), k) == len(reqs[s.index].blocks)
+                    for s in run.sent if s.ok)
     total = trace.total_input_tokens
     ok = [s for s in run.sent if s.ok]
     ttfts = sorted(s.ttft_s * 1000 for s in ok)
