@@ -49,22 +49,24 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def float_in(low: float, high: float, unit: str):
-    """A type for numbers in (low, high] of `unit` (NaN is outside every range)."""
+def float_in(low: float, high: float, unit: str, include_low: bool = False):
+    """A type for numbers in (low, high] of `unit` ([low, high] with `include_low`; NaN is outside every range)."""
+    opening = "[" if include_low else "("
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not low < value <= high:
-            raise argparse.ArgumentTypeError(f"must be in ({low:g}, {high:g}] {unit}, got {text}")
+        if not (low <= value <= high if include_low else low < value <= high):
+            raise argparse.ArgumentTypeError(f"must be in {opening}{low:g}, {high:g}] {unit}".rstrip() + f", got {text}")
         return value
 
     return parse
 
 
 gigabytes = float_in(0, 64, "GB")  # a peer pool's size
+share = float_in(0, 1, "", include_low=True)  # a fraction where 0 turns the thing off
 
 
 def json_object(text: str) -> dict:

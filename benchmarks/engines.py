@@ -33,6 +33,7 @@ Design note
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from array import array
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class EngineStats:
     evicted_blocks: int
     admissions_rejected: int
     policy_ns: int  # time spent deciding what to evict/admit
+    tuning: Optional[dict] = None  # the self-tuner's state at the end (tiers.shadow.TuningStats), if one ran
 
 
 class _LogicalTime:
@@ -302,6 +304,7 @@ class TieredEngine:
         radix_tokens_per_block: int = 1,
         output_tokens: int = 0,
         prefill_chunk: int = 0,
+        tuning=None,
     ):
         from sglang_ext.tiered_cache import TieredRadixCache
 
@@ -316,6 +319,7 @@ class TieredEngine:
             clock=clock,
             policy_config=policy_config,
             mock_allocator=self.allocator,
+            tuning=tuning,
         )
 
     def access(self, req: Request) -> Access:
@@ -333,11 +337,13 @@ class TieredEngine:
 
     def stats(self) -> EngineStats:
         s = self.cache.tier_stats()
+        tuner = self.cache.tuner
         return EngineStats(
             evictions=int(s.evictions),
             evicted_blocks=int(s.evicted_tokens) // self.units.per_block,
             admissions_rejected=int(s.admissions_rejected),
             policy_ns=int(s.policy_ns),
+            tuning=dataclasses.asdict(tuner.stats()) if tuner is not None else None,
         )
 
 
@@ -367,9 +373,11 @@ def make_engine(
     radix_tokens_per_block: int = 1,
     output_tokens: int = 0,
     prefill_chunk: int = 0,
+    tuning=None,
 ):
     """An engine by benchmark policy name (see `known_policies()`). The reference engines count blocks and
-    ignore `radix_tokens_per_block`, `output_tokens` and `prefill_chunk`."""
+    ignore `radix_tokens_per_block`, `output_tokens` and `prefill_chunk`; only the project's tree engine takes
+    `tuning` (tiers.shadow.TuningConfig: the self-tuner, as the server runs it)."""
     from benchmarks.belady import BeladyEngine, InfiniteEngine, ReuseOracleEngine
 
     if capacity_blocks <= 0:
@@ -388,5 +396,5 @@ def make_engine(
     tiered = name[len(TIERED_PREFIX):] if name.startswith(TIERED_PREFIX) else name
     if tiered in tiered_policy_names() or tiered == "tinylfu":
         return TieredEngine(tiered, capacity_blocks, clock, policy_config, radix_tokens_per_block, output_tokens,
-                            prefill_chunk)
+                            prefill_chunk, tuning)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(known_policies())}")

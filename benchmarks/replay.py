@@ -22,6 +22,7 @@ from benchmarks.engines import REFERENCE_ENGINES, STOCK_POLICIES, make_engine
 from benchmarks.host_engine import host_tier_engine, logical_tree_time
 from benchmarks.lower_tiers import LowerTiers, TierSpec
 from benchmarks.trace import Trace
+from tiers.shadow import TuningConfig, tuning_at
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class ReplayConfig:
     output_tokens: int = 0
     # the live server's chunked_prefill_size in radix tokens (0: no chunks), for the live replay's twin
     prefill_chunk_tokens: int = 0
+    # the server's --tier-shadow-rate (tiers.shadow: self-tuning from shadow caches; 0: off); the device-only
+    # tree of the project's policies runs it, as the server does
+    shadow_rate: float = TuningConfig.sample_rate
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class ReplayResult:
     prefill_seconds_saved: Optional[float] = None
     prefill_seconds_saved_by_tier: Optional[Dict[str, float]] = None
     config: Dict[str, object] = field(default_factory=dict)
+    tuning: Optional[Dict[str, object]] = None  # the self-tuner at the end (tiers.shadow.TuningStats), if one ran
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,7 +102,8 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
             engine, lower = host_tier_engine(cfg, bt, clock)
         else:
             engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config,
-                                 cfg.radix_tokens_per_block, cfg.output_tokens, cfg.prefill_chunk_tokens)
+                                 cfg.radix_tokens_per_block, cfg.output_tokens, cfg.prefill_chunk_tokens,
+                                 tuning_at(cfg.shadow_rate))
         t_start = time.perf_counter()  # after the engine is built: SGLang's import is not replay time
         for req in _progress(reqs, cfg):
             clock.set(max(clock.now(), req.time_s))
@@ -155,8 +161,10 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
             "radix_tokens_per_block": cfg.radix_tokens_per_block,
             "output_tokens": cfg.output_tokens,
             "prefill_chunk_tokens": cfg.prefill_chunk_tokens,
+            "shadow_rate": cfg.shadow_rate,
             "host_tier": engine.name if host_engine else ("victim-cache model" if cfg.host_tokens > 0 else None),
         },
+        tuning=getattr(stats, "tuning", None),
     )
 
 

@@ -85,7 +85,7 @@ def build_tree_cache(ctx):
         from sglang_ext.serving_cache import ServingTieredCache
 
         cache = ServingTieredCache(ctx.params, policy=config.policy, retention_budget=config.retention_budget,
-                                   stats_tenants=config.stats_tenants,
+                                   stats_tenants=config.stats_tenants, tuning=config.tuning(),
                                    enable_metrics=bool(ctx.server_args.enable_metrics))
     logger.info("tiered cache: %s with policy %s", type(cache).__name__, config.policy)
     return cache

@@ -188,6 +188,8 @@ class ServingTieredCache(ServedRequests, TieredRadixCache):
             "tiers": {"device": {"capacity_tokens": counters.pop("capacity_tokens"),
                                  "used_tokens": counters.pop("size_tokens"), **counters}},
         }
+        if self.tuner is not None:
+            out["tuning"] = dataclasses.asdict(self.tuner.stats())
         if self._stats_tenants:
             out["tenants"] = {label: {"device_tokens": n} for label, n in sorted(self.occupancy_by_tenant().items())}
         self._signals.tier_stats(out["tiers"])

@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
+from tiers.shadow import TuningConfig, tuning_at
+
 ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
 MAX_PREFETCH_THRESHOLD = 1 << 20  # tokens: longer than any context, so "never ask the peer tier" is expressible
 
@@ -69,6 +71,12 @@ class TierConfig:
     stats_tenants: bool = False  # per-tenant occupancy in /tiers/stats: only when the operator asks
     # HiCache asks the peer tier only for a prefix whose part beyond device and host memory is at least this long
     peer_prefetch_threshold: int = 256  # tokens (SGLang's storage `prefetch_threshold`, same default)
+    # least share of prefix chains the self-tuner's shadow caches see (tiers.shadow); 0: no self-tuning
+    shadow_rate: float = TuningConfig.sample_rate
+
+    def tuning(self) -> Optional[TuningConfig]:
+        """The self-tuner's settings (None: off, the policy runs as configured)."""
+        return tuning_at(self.shadow_rate)
 
     def validate(self) -> "TierConfig":
         check_policy_name(self.policy)
@@ -90,6 +98,10 @@ class TierConfig:
                                   f"{MAX_PREFETCH_THRESHOLD}, got {self.peer_prefetch_threshold!r}")
         if not 0 < self.retention_budget <= 1:
             raise TierConfigError(f"--tier-retention-budget: must be a fraction in (0, 1], got {self.retention_budget}")
+        if not (isinstance(self.shadow_rate, (int, float)) and not isinstance(self.shadow_rate, bool)
+                and 0 <= self.shadow_rate <= 1):
+            raise TierConfigError(f"--tier-shadow-rate: must be a fraction in [0, 1] (0: no self-tuning), got "
+                                  f"{self.shadow_rate!r}")
         return self
 
     def to_env(self) -> str:
@@ -126,6 +138,10 @@ def add_tier_args(parser: argparse.ArgumentParser) -> None:
                                               "prefetch_threshold)")
     group.add_argument("--tier-retention-budget", type=float, default=TierConfig.retention_budget,
                        metavar="FRACTION", help="fraction of each tier's capacity that retained prefixes may hold")
+    group.add_argument("--tier-shadow-rate", type=float, default=TierConfig.shadow_rate, metavar="FRACTION",
+                       help="self-tuning: the least share of prefix chains replayed on shadow caches, one per "
+                            "candidate setting, whose best the device policy follows (0: off; the policy then runs "
+                            "its learned setting throughout)")
     group.add_argument("--tier-stats-tenants", action="store_true",
                        help="add per-tenant occupancy (salt digests) to /tiers/stats; off by default, so that no "
                             "client learns another tenant's footprint (with --admin-api-key, /tiers/stats needs it)")
@@ -139,4 +155,5 @@ def tier_config_from_args(args: argparse.Namespace) -> TierConfig:
         peers=tuple(p.strip() for p in args.tier_peers.split(",") if p.strip()),
         stats_tenants=bool(args.tier_stats_tenants),
         peer_prefetch_threshold=args.tier_peer_prefetch_threshold,
+        shadow_rate=args.tier_shadow_rate,
     ).validate()

@@ -57,6 +57,7 @@ from sglang.srt.mem_cache.radix_cache import RadixCache, TreeNode
 from tiers.clock import Clock, MonotonicClock
 from tiers.policy import Candidate, create_policy
 from tiers.retention import Retention, RetainingPolicy
+from tiers.shadow import Setting, ShadowTuner, TuningConfig
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,20 @@ def peek_path(root, key, page_size: int):
         if m < len(child.key):
             break
     return path, matched, node
+
+
+class _TreeShadow:
+    """A simulated tree as a shadow cache (tiers.shadow.Shadow): serves a request's insert, reports its hit."""
+
+    def __init__(self, cache: "TieredRadixCache"):
+        self.cache = cache
+
+    def request(self, request) -> tuple:
+        key, priority, ttl_s = request
+        cache = self.cache
+        _, matched, _ = peek_path(cache.root_node, key, cache.page_size)
+        cache.insert(InsertParams(key=key, priority=priority), ttl_s=ttl_s)
+        return matched, len(key)
 
 
 class _DeclinedWhileRunning(Exception):
@@ -118,6 +133,7 @@ class TieredRadixCache(RadixCache):
         capacity_tokens: Optional[int] = None,
         retention_budget: float = 0.5,
         strict: bool = False,
+        tuning: Optional[TuningConfig] = None,
     ):
         if capacity_tokens is None:
             alloc = params.token_to_kv_pool_allocator
@@ -137,6 +153,8 @@ class TieredRadixCache(RadixCache):
         self._decided_req = False  # inside a cache_*_req whose request was recorded and decided before
         self._declined_in_finished = False
         self._n = _Counters()
+        self._tuning = tuning
+        self.tuner: Optional[ShadowTuner] = None
         super().__init__(params)  # calls reset(), which builds the policy
 
     @classmethod
@@ -149,6 +167,8 @@ class TieredRadixCache(RadixCache):
         page_size: int = 1,
         mock_allocator: Any = None,
         retention_budget: float = 0.5,
+        tuning: Optional[TuningConfig] = None,
+        strict: bool = True,
     ) -> "TieredRadixCache":
         """A tree without KV pools (page size 1 by default) whose inserts apply admission and keep the tree
         within `capacity_tokens`."""
@@ -162,7 +182,8 @@ class TieredRadixCache(RadixCache):
             clock=clock,
             capacity_tokens=capacity_tokens,
             retention_budget=retention_budget,
-            strict=True,
+            strict=strict,
+            tuning=tuning,
         )
         cache._simulated = True
         return cache
@@ -175,6 +196,26 @@ class TieredRadixCache(RadixCache):
         self.policy = RetainingPolicy(inner, self.retention)
         self.root_node.tier_key = _ROOT_KEY
         self._n = _Counters()
+        self.tuner = None
+        if self._tuning is not None and hasattr(inner, "steer"):
+            self.tuner = ShadowTuner(self._tuning, self.capacity_tokens, self._make_shadow)
+            self._steer(self.tuner.live)
+
+    def _steer(self, setting: Setting) -> None:
+        self.policy.inner.steer(setting.order, setting.gate_threshold)
+
+    def _make_shadow(self, setting: Setting, capacity: int) -> "_TreeShadow":
+        """A miniature of this cache running `setting`: the same tree class, policy and page size, no pools, no
+        tuner, no serving counters; its policy classes sizes as this tier does and weighs its priors by the
+        sample rate."""
+        config = {**self._policy_config, "class_capacity": self.capacity_tokens,
+                  "prior_weight": capacity / self.capacity_tokens}
+        shadow = TieredRadixCache.create_simulated(
+            policy=self._policy_name, capacity_tokens=capacity, clock=self._tier_clock, policy_config=config,
+            page_size=self.page_size, retention_budget=self._retention_budget, strict=self._strict,
+        )
+        shadow._steer(setting)
+        return _TreeShadow(shadow)
 
     def tier_stats(self) -> TierStats:
         n = self._n
@@ -215,6 +256,8 @@ class TieredRadixCache(RadixCache):
                                lambda n: n.lock_ref > 0 or n in on_path)
         if counted:
             self._record_request(path, cand_key, matched, len(key))
+            if self.tuner is not None:
+                self._offer_to_shadows(path, cand_key, key, params.priority, ttl_s)
         deciding = (self._simulated and not params.chunked) or (self._deciding and counted)
         if remainder and deciding:
             if not self._admits(path, anchor, cand_key, remainder, counted, ttl_s):
@@ -251,6 +294,18 @@ class TieredRadixCache(RadixCache):
             policy.record(cand_key)
         policy.observe(matched, total)
         self._charge(t0, len(path) + (cand_key is not None) + 1)
+
+    def _offer_to_shadows(self, path, cand_key, key, priority: int, ttl_s) -> None:
+        """Let the tuner sample the request; switch the live policy if it says so. Counted as policy cost."""
+        t0 = time.perf_counter_ns()
+        keys = [node.tier_key for node in path]
+        if cand_key is not None:
+            keys.append(cand_key)
+        setting = self.tuner.offer(keys, (key, priority, ttl_s), len(key))
+        if setting is not None:
+            self._steer(setting)
+            logger.info("shadow tuner: the live policy now runs %r (%s)", setting.name, self.tuner.stats())
+        self._charge(t0, 1)
 
     def _admits(self, path, anchor, cand_key, remainder: int, counted: bool, ttl_s) -> bool:
         """Whether the remainder stays in the tree. Under pressure the policy weighs it against the victims

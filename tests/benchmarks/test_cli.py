@@ -33,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
         (["cost", "--profile", "no-such-profile"], "--profile"),
         (["generate", "chat", "--seed", "x", "--out", "/tmp/x"], "--seed"),
         (["generate", "chat", "--seed", "1", "--out", "/tmp/x", "--arrivals", "gamma"], "--arrivals"),
+        (["replay", "--trace", "conversation", "--capacity-tokens", "1e6", "--policy", "lru", "--shadow-rate", "1.5"],
+         "--shadow-rate"),
+        (["replay", "--trace", "conversation", "--capacity-tokens", "1e6", "--policy", "lru", "--shadow-rate", "nan"],
+         "--shadow-rate"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(capsys, argv, flag):

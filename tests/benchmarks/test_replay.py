@@ -46,6 +46,7 @@ def test_json_fields_present_and_typed(capsys, policy):
         assert isinstance(out[field], typ), (field, out[field])
     assert out["policy"] == policy and out["requests"] == 200 and out["capacity_tokens"] == 200000
     assert set(out["hit_rate_by_tier"]) == {"device", "host", "peer"}
+    assert out["tuning"] is None  # with the host tier on, the server runs no self-tuner either
     assert all(set(v) == {"load", "store"} and all(isinstance(x, int) for x in v.values())
                for v in out["bytes_moved_by_tier"].values())
     assert out["token_hit_rate"] == pytest.approx(sum(out["hit_rate_by_tier"].values()))
@@ -93,7 +94,8 @@ def test_a_suffix_the_device_declines_still_reaches_the_host_tier():
     trace = load_trace("conversation", limit=400)
     cap = 2 * 10**5
     shut = {"gate_threshold": 1.0}  # the device declines every new suffix once it is full
-    device_only = replay(trace, ReplayConfig(policy="tinylfu", capacity_tokens=cap, policy_config=shut))
+    # (no self-tuner: it would steer the gate's bar)
+    device_only = replay(trace, ReplayConfig(policy="tinylfu", capacity_tokens=cap, policy_config=shut, shadow_rate=0))
     tiered = replay(trace, ReplayConfig(policy="tinylfu", capacity_tokens=cap, host_tokens=10**9, policy_config=shut))
     lru_tiered = replay(trace, ReplayConfig(policy="lru", capacity_tokens=cap, host_tokens=10**9))
     assert device_only.admissions_rejected > 0

@@ -62,12 +62,21 @@ def good_threshold(text: str) -> bool:
     return 1 <= v <= 1 << 20
 
 
+def good_share(text: str) -> bool:
+    try:
+        v = float(text)
+    except ValueError:
+        return False
+    return 0 <= v <= 1
+
+
 CASES = {
     "--tier-session-ttl": good_ttl,
     "--tier-retention-budget": good_budget,
     "--tier-policy": lambda t: t in policy_names() or ":" in t,
     "--tier-peers": good_peers,
     "--tier-peer-prefetch-threshold": good_threshold,
+    "--tier-shadow-rate": good_share,
 }
 
 
@@ -103,6 +112,8 @@ def test_peer_lists(value):
     (["--tier-retention-budget", "half"], "--tier-retention-budget"),
     (["--tier-peers", "h:1,h:1"], "--tier-peers"),
     (["--tier-peers", "h:²"], "--tier-peers"),
+    (["--tier-shadow-rate", "nan"], "--tier-shadow-rate"),
+    (["--tier-shadow-rate", "1.5"], "--tier-shadow-rate"),
 ])
 def test_known_bad_values(argv, flag):
     with pytest.raises(LaunchError, match=flag):

@@ -19,7 +19,18 @@ def words(seed: int, n: int) -> str:
 
 @pytest.fixture(scope="module")
 def tiered_small(server_logs):
-    server = start_server(SMALL_POOL + ["--enable-metrics", "--tier-stats-tenants"], server_logs, "tiered-small")
+    # the learned policy pinned (no self-tuner): these tests are about its admission and retention while serving;
+    # the tuner, which starts on recency, has its own server below
+    server = start_server(SMALL_POOL + ["--enable-metrics", "--tier-stats-tenants", "--tier-shadow-rate", "0"],
+                          server_logs, "tiered-small")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def tuned_small(server_logs):
+    # the default policy with full-size shadows: a 1,200-token pool holds four requests, too few for a miniature
+    server = start_server(SMALL_POOL + ["--tier-shadow-rate", "1"], server_logs, "tuned-small")
     yield server
     server.stop()
 
@@ -80,6 +91,35 @@ def test_flood_retained_session_hits_on_tiered_and_misses_on_stock(tiered_small,
     assert stock_hit < warm // 4
     # the device admission acts while serving: under pool pressure, one-shot suffixes are declined
     assert rejected() > rejected_before
+
+
+def scan_between_hot_prompts(server, n: int, seed: int) -> float:
+    """Three hot 150-token prompts, each asked again every ninth request, between one-shot 280-token prompts
+    (four of them fill the pool); the share of the hot prompts' tokens served from cache in the second half."""
+    rng = random.Random(seed)
+    hot = [[rng.randrange(100, VOCAB) for _ in range(150)] for _ in range(3)]
+    cached = total = 0
+    for i in range(n):
+        if i % 3:
+            server.generate(input_ids=[rng.randrange(100, VOCAB) for _ in range(280)], max_new_tokens=1)
+            continue
+        reply = server.generate(input_ids=hot[(i // 3) % 3] + [rng.randrange(100, VOCAB)], max_new_tokens=1)
+        if i >= n // 2:
+            cached += reply["meta_info"]["cached_tokens"]
+            total += 150
+    return cached / total
+
+
+def test_the_self_tuner_leaves_recency_when_a_scan_flushes_the_hot_set_and_stock_does_not(tuned_small, stock_small):
+    """The tuner acts while serving: it starts on recency (SGLang's LRU), its shadows see the learned settings
+    keep the hot prompts through the scan, and the live policy follows; stock keeps losing them."""
+    tuned = scan_between_hot_prompts(tuned_small, 240, seed=5)
+    stock = scan_between_hot_prompts(stock_small, 240, seed=5)
+    tuning = tuned_small.get("/tiers/stats")["tuning"]
+    print(f"scan: hot prompts cached {tuned:.2f} (tuned) vs {stock:.2f} (stock); tuner {tuning}")
+    assert tuning["live"] != "lru" and tuning["switches"] >= 1 and tuning["sample_rate"] == 1.0
+    assert tuning["shadow_hit_rates"][tuning["live"]] > tuning["shadow_hit_rates"]["lru"]
+    assert stock < 0.2 and tuned > stock + 0.4
 
 
 def test_two_tenants_never_share_cached_tokens(tiered_small):
@@ -175,6 +215,7 @@ def test_stats_and_metrics_move_as_the_scenario_says(tiered_small):
     assert a["hit_requests"] > b["hit_requests"] and a["hit_tokens"] >= b["hit_tokens"] + 100
     assert a["retains"] > b["retains"] and a["ttl_refreshes"] > b["ttl_refreshes"]
     assert sum(t["device_tokens"] for t in after["tenants"].values()) == a["used_tokens"]
+    assert "tuning" not in after  # --tier-shadow-rate 0: no self-tuner, the learned setting throughout
     for event in ("inserts", "hit_tokens", "retains", "ttl_refreshes"):
         assert metric(metrics_after, event) > metric(metrics_before, event), event
 

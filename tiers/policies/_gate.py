@@ -53,6 +53,7 @@ class ReuseGate:
         max_depth: int = 8,
         prior_hits: float = 1.0,
         prior_events: float = 3.0,
+        class_capacity: int = 0,
     ):
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"gate threshold must be in [0, 1], got {threshold}")
@@ -64,6 +65,9 @@ class ReuseGate:
             raise ValueError(f"gate priors need 0 <= hits <= events, events > 0; got {prior_hits}, {prior_events}")
         self.threshold = threshold
         self.capacity = capacity
+        # sizes are classed against this capacity (0: the tier's own); a shadow cache classes against the
+        # live tier's, so that a miniature puts a suffix in the class the live tier would
+        self.class_capacity = class_capacity or capacity
         self.horizon_units = horizon * capacity
         self.max_depth = max_depth
         self.prior_hits = prior_hits
@@ -80,7 +84,7 @@ class ReuseGate:
     def class_of(self, depth: int, size: int) -> int:
         # size bucket: log2 of size / capacity, from 2^-20 of the capacity up (the bucket of 2^-20 .. 2^-19
         # is 1; smaller is 0)
-        return min(depth, self.max_depth) * 64 + min(((max(size, 0) << 20) // self.capacity).bit_length(), 63)
+        return min(depth, self.max_depth) * 64 + min(((max(size, 0) << 20) // self.class_capacity).bit_length(), 63)
 
     def reuse_probability(self, cls: int) -> float:
         return (self.hits.get(cls, 0.0) + self.prior_hits) / (self.events.get(cls, 0.0) + self.prior_events)

@@ -33,6 +33,10 @@ entries and keeps TinyLFU's admission contest around it:
   class's density at age 0 beats every victim's. A suffix declined by the contest adds nothing to the tier
   and becomes a ghost, so its class still learns.
 
+- Orders (`steer`, driven by the tier's self-tuner, tiers/shadow.py): "learned" is all of the above;
+  "recency" ranks by age alone and admits everything (SGLang's LRU, to the token). The classes, ghosts and the
+  gate learn in either order, so a switch back to "learned" finds them trained.
+
 `victims()` changes no state. A flat tier (parent=None) gets depth 1 for every entry: classes by size and
 reuse.
 
@@ -58,6 +62,7 @@ from tiers.policy import Candidate, Policy, register_policy
 # at 1e6 tokens of 512-token blocks (1953 blocks) the buckets are 1, 2-4, 5-16 and more than 16 blocks
 _SIZE_EDGES = (8, 23, 85)
 _SIZE_EDGE_SCALE = 10_000
+ORDERS = ("learned", "recency")  # what `steer` can switch between
 
 
 @register_policy("tinylfu")
@@ -78,6 +83,8 @@ class TinyLFUPolicy(Policy):
         gap_buckets: int = 4,
         gate_threshold: float = 0.3,
         gate_horizon: float = 5.0,
+        class_capacity: int = 0,
+        prior_weight: float = 1.0,
     ):
         super().__init__(capacity, clock)
         if max_depth < 1:
@@ -96,7 +103,10 @@ class TinyLFUPolicy(Policy):
         self.max_depth = max_depth
         self.window_factor = window_factor
         self.n_gaps = gap_buckets + 1  # the last one: no reuse seen yet
-        self._size_edges = tuple(e * capacity for e in _SIZE_EDGES)  # in units x _SIZE_EDGE_SCALE
+        # sizes are classed against `class_capacity` (0: this tier's); a shadow cache (tiers/shadow.py) passes
+        # the live tier's, so that its classes are the live tier's classes
+        class_capacity = class_capacity or capacity
+        self._size_edges = tuple(e * class_capacity for e in _SIZE_EDGES)  # in units x _SIZE_EDGE_SCALE
         nb = len(_SIZE_EDGES) + 1
         self._tail = max_depth * nb * self.n_gaps
         self._reused0 = self._tail + 1
@@ -106,8 +116,12 @@ class TinyLFUPolicy(Policy):
         self._lists = [OrderedDict() for _ in range(n_classes)]
         self.hits = [0.0] * n_classes
         self.events = [0.0] * n_classes
-        self.prior_hits = prior_hits
-        self.prior_events = prior_events
+        if prior_weight <= 0:
+            raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
+        # a shadow cache that sees a sample of rate r of the traffic learns from r of the events: priors
+        # weighted by r give it the live tier's estimates in expectation
+        self.prior_hits = prior_hits * prior_weight
+        self.prior_events = prior_events * prior_weight
         self.horizon = horizon
         self.ghost_factor = ghost_factor
         self.decay_units = decay_capacities * capacity
@@ -119,7 +133,28 @@ class TinyLFUPolicy(Policy):
         self.now = 0  # the policy's clock: one tick per recorded key
         # in front of the density contest: a new suffix whose class rarely comes back within a few
         # capacities of traffic is declined outright (threshold 0: the gate always passes, v3 as it was)
-        self.gate = ReuseGate(capacity, threshold=gate_threshold, horizon=gate_horizon)
+        self.gate = ReuseGate(capacity, threshold=gate_threshold, horizon=gate_horizon, class_capacity=class_capacity,
+                              prior_hits=1.0 * prior_weight, prior_events=3.0 * prior_weight)
+        # steered by the tier's shadow tuner (tiers/shadow.py): "recency" ranks by age alone and admits all (SGLang's
+        # LRU); the classes, ghosts and the gate keep learning in either order
+        self.order = "learned"
+        self.learned = True
+        self._flat = [0.0] * n_classes  # the estimates recency order uses: every class's probability is 1
+
+    def steer(self, order: str, gate_threshold: float) -> None:
+        """Switch the order ("learned", with the gate at `gate_threshold`, or "recency"). Takes effect at the
+        next decision; no entry moves."""
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+        self.order = order
+        self.learned = order == "learned"
+        self.gate.threshold = gate_threshold
+
+    def _estimates(self):
+        """(hits, events, prior hits, prior events) the decisions rank by."""
+        if self.learned:
+            return self.hits, self.events, self.prior_hits, self.prior_events
+        return self._flat, self._flat, 1.0, 1.0
 
     # --- classes and their learned reuse probability ---
     # The hot paths (notifications, record, admit, victims) inline these helpers with locals: they run
@@ -289,9 +324,11 @@ class TinyLFUPolicy(Policy):
 
     # --- decisions ---
     def may_admit(self, candidate: Candidate) -> bool:
-        return self.gate.admits(candidate, self.index.nodes)
+        return not self.learned or self.gate.admits(candidate, self.index.nodes)
 
     def admit(self, candidate: Candidate, victims: Iterable[Hashable]) -> bool:
+        if not self.learned:
+            return True
         if not self.may_admit(candidate):  # a pass changes nothing, so asking again after the tier did is safe
             return False
         nodes = self.index.nodes
@@ -322,8 +359,7 @@ class TinyLFUPolicy(Policy):
     def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False) -> List[Hashable]:
         now = self.now
         h = self._horizon()
-        hits, events = self.hits, self.events
-        ph, pe = self.prior_hits, self.prior_events
+        hits, events, ph, pe = self._estimates()
 
         def rank(n):
             c = n.region
@@ -336,8 +372,7 @@ class TinyLFUPolicy(Policy):
         the selection actually reaches are walked, so a query costs O(classes) plus the victims taken."""
         nodes = self.index.nodes
         lists = self._lists
-        hits, events = self.hits, self.events
-        ph, pe = self.prior_hits, self.prior_events
+        hits, events, ph, pe = self._estimates()
         heap = []
         append = heap.append
         for c in compress(range(len(lists)), lists):  # the non-empty classes

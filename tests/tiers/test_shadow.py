@@ -1,0 +1,220 @@
+"""The self-tuner (tiers/shadow.py): which chains it samples, how it sizes its shadows, when it switches."""
+
+import pytest
+
+from tiers.shadow import LRU, ChainSampler, Setting, ShadowTuner, TuningConfig, tuning_at
+
+GATED = Setting("gated", True, 0.3)
+
+
+class FixedShadow:
+    """A shadow whose hit rate the test sets: `rate` of every request's units hit."""
+
+    def __init__(self, rate):
+        self.rate = rate
+        self.requests = 0
+
+    def request(self, request):
+        self.requests += 1
+        units = request
+        return units * self.rate, units
+
+
+def tuner(rates, capacity=1000, **config):
+    cfg = TuningConfig(settings=(LRU, GATED), sample_rate=1.0, max_rate=1.0, warmup_requests=1, **config)
+    shadows = {}
+
+    def make(setting, shadow_capacity):
+        shadows[setting.name] = FixedShadow(rates[setting.name])
+        return shadows[setting.name]
+
+    return ShadowTuner(cfg, capacity, make), shadows
+
+
+def feed(t, n, units=100):
+    """`n` requests of `units`, each its own chain; the settings the tuner switched to, in order."""
+    switched = []
+    for i in range(n):
+        s = t.offer([("chain", i)], units, units)
+        if s is not None:
+            switched.append(s.name)
+    return switched
+
+
+def test_a_shared_head_is_skipped_so_a_conversation_is_sampled_whole():
+    sampler = ChainSampler(0.25, head_requests=8)
+    head = "system prompt"
+    for s in range(8):  # the head becomes hot
+        sampler.chain_key([head, ("other session", s)])
+    decisions = {}
+    for turn in range(3):
+        for s in range(400):
+            keys = [head, ("session", s)] + [("turn", s, t) for t in range(turn)]
+            decisions.setdefault(s, set()).add(sampler.sampled(keys))
+    assert all(len(d) == 1 for d in decisions.values())  # every turn of a session alike
+    share = sum(d == {True} for d in decisions.values()) / len(decisions)
+    assert 0.18 < share < 0.32  # about the rate (400 sessions: 4.7 standard deviations of room)
+    assert sampler.chain_key([head, ("session", 7), ("turn", 7, 0)]) == ("session", 7)
+
+
+def test_without_skipping_heads_a_shared_first_key_would_take_all_chains_or_none():
+    """Guards the head rule: with it off (a head needs more requests than there are), one key decides all."""
+    sampler = ChainSampler(0.25, head_requests=10**9)
+    keys = lambda s: ["system prompt", ("session", s)]  # noqa: E731
+    assert len({sampler.sampled(keys(s)) for s in range(200)}) == 1
+    assert ChainSampler(0.25).chain_key([]) is None and not ChainSampler(1.0).sampled([])
+
+
+def test_head_counts_are_bounded():
+    sampler = ChainSampler(0.5, head_memory=50)
+    for i in range(1000):
+        sampler.sampled([("k", i), ("k2", i)])
+    assert len(sampler._counts) <= 50
+
+
+def test_shadows_are_sized_in_capacities_and_requests_not_in_units():
+    """The rate holds `min_shadow_requests` mean requests, between the least and the most rate; multiplying
+    every unit by 32 (a token per radix entry instead of a block) changes nothing."""
+    cfg = TuningConfig(sample_rate=1 / 16, max_rate=0.25, min_shadow_requests=8, warmup_requests=4)
+    for scale in (1, 32):
+        small = ShadowTuner(cfg, 10_000 * scale, lambda s, c: FixedShadow(0.0))
+        big_requests = ShadowTuner(cfg, 10_000 * scale, lambda s, c: FixedShadow(0.0))
+        for i in range(4):
+            small.offer([i], 10 * scale, 10 * scale)  # 8 x 10 / 10,000: below the least rate
+            big_requests.offer([i], 200 * scale, 200 * scale)  # 8 x 200 / 10,000 = 0.16
+        assert small.stats().sample_rate == pytest.approx(1 / 16)
+        assert small.shadow_capacity == 625 * scale
+        assert big_requests.stats().sample_rate == pytest.approx(0.16)
+    huge = ShadowTuner(cfg, 1000, lambda s, c: FixedShadow(0.0))
+    for i in range(4):
+        huge.offer([i], 900, 900)
+    assert huge.stats().sample_rate == 0.25  # capped: the CPU bound wins over fidelity
+
+
+def test_no_shadow_runs_before_the_warm_up_ends():
+    cfg = TuningConfig(settings=(LRU, GATED), sample_rate=1.0, max_rate=1.0, warmup_requests=10)
+    made = []
+    t = ShadowTuner(cfg, 1000, lambda s, c: made.append(s) or FixedShadow(0.0))
+    feed(t, 9)
+    assert made == [] and t.stats().sample_rate == 0.0
+    feed(t, 1)
+    assert [s.name for s in made] == ["lru", "gated"]
+
+
+def test_the_live_setting_moves_to_the_better_shadow_once_and_stays_on_a_stationary_trace():
+    t, shadows = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=2.0)
+    assert t.live.name == "lru"  # starts on recency, as stock SGLang
+    switched = feed(t, 500)
+    assert switched == ["gated"]  # once, and never back
+    s = t.stats()
+    assert s.live == "gated" and s.switches == 1 and s.sampled_requests == 499  # the first was the warm-up
+    assert s.shadow_hit_rates == {"lru": pytest.approx(0.10), "gated": pytest.approx(0.30)}
+
+
+def test_no_switch_before_the_least_traffic_nor_within_the_margin():
+    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=5.0)
+    assert feed(t, 1 + 40) == []  # 40 x 100 units = 4 capacities: not yet
+    assert feed(t, 20) == ["gated"]
+    close, _ = tuner({"lru": 0.100, "gated": 0.1019}, window_capacities=1.0, margin=0.002)
+    assert feed(close, 500) == [] and close.live.name == "lru"
+
+
+def test_it_decides_only_when_a_window_ends():
+    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=3.0, min_capacities=0.0)
+    feed(t, 1)  # warm-up
+    assert feed(t, 29) == []  # 2,900 units: the first window (3,000) has not ended
+    assert feed(t, 1) == ["gated"]
+
+
+def test_a_workload_that_changes_moves_the_live_setting_back():
+    t, shadows = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=0.0)
+    feed(t, 1)  # warm-up
+    at = []  # the window each switch happened in
+    for phase in range(4):  # the better setting changes every 20 windows (10 requests of 100 units each)
+        good, bad = ("gated", "lru") if phase % 2 == 0 else ("lru", "gated")
+        shadows[good].rate, shadows[bad].rate = 0.40, 0.05
+        for w in range(20):
+            for name in feed(t, 10):
+                at.append((name, phase, w))
+    assert [(name, phase) for name, phase, _ in at] == [("gated", 0), ("lru", 1), ("gated", 2), ("lru", 3)]
+
+
+class NoisyShadow:
+    """Hits all of a request or none of it, at random with probability `rate` (seeded)."""
+
+    def __init__(self, rate, seed):
+        import random
+
+        self.rate, self.rng = rate, random.Random(seed)
+
+    def request(self, units):
+        return (units if self.rng.random() < self.rate else 0), units
+
+
+def test_a_lead_within_the_sampling_noise_switches_far_less_and_a_clear_one_still_does():
+    """Guards the paired test: all-or-nothing hits at 30% and 31% trade leads far beyond the margin by chance
+    alone; weighed against the per-request spread, most of those leads are noise."""
+    def switches(rates, min_z):
+        cfg = TuningConfig(settings=(LRU, GATED), sample_rate=1.0, max_rate=1.0, warmup_requests=1,
+                           window_capacities=4.0, min_z=min_z)
+        t = ShadowTuner(cfg, 1000, lambda s, c: NoisyShadow(rates[s.name], seed=len(s.name)))
+        return feed(t, 4000)
+
+    noise = {"lru": 0.30, "gated": 0.31}
+    assert len(switches(noise, min_z=1.0)) * 3 <= len(switches(noise, min_z=0.0))  # 9 against 40 (seeded)
+    assert switches({"lru": 0.30, "gated": 0.45}, min_z=1.0) == ["gated"]
+
+
+@pytest.mark.parametrize("bad", [
+    dict(sample_rate=0.0), dict(sample_rate=0.5, max_rate=0.25), dict(max_rate=1.5), dict(settings=()),
+    dict(settings=(LRU, LRU)), dict(window_capacities=0.0), dict(margin=-0.1), dict(head_requests=1),
+    dict(warmup_requests=0), dict(min_z=-1.0),
+])
+def test_bad_tuning_configs_are_refused(bad):
+    with pytest.raises(ValueError):
+        TuningConfig(**bad)
+
+
+def test_tuning_at_zero_is_off_and_a_high_rate_lifts_the_cap():
+    assert tuning_at(0) is None
+    assert tuning_at(1 / 16) == TuningConfig()
+    assert tuning_at(0.5).max_rate == 0.5
+
+
+def test_a_shadow_policy_classes_sizes_against_the_live_capacity_and_weighs_its_priors_by_the_rate():
+    """Guards the two corrections a miniature needs: entries keep their size while the capacity shrinks, so
+    size classes must use the live capacity; a shadow sees `rate` of the events, so its priors weigh `rate`."""
+    from tiers.policy import create_policy
+
+    live = create_policy("tinylfu", 16_000)
+    naive = create_policy("tinylfu", 1_000)
+    shadow = create_policy("tinylfu", 1_000, class_capacity=16_000, prior_weight=1 / 16)
+    for size in (1, 20, 200, 900):
+        assert shadow._new_class(2, size) == live._new_class(2, size)
+        assert shadow.gate.class_of(2, size) == live.gate.class_of(2, size)
+    assert any(naive._new_class(2, s) != live._new_class(2, s) for s in (20, 200))
+    # 16 unreused events on the live tier, 1 on the shadow: the same estimate
+    cls = live._new_class(1, 20)
+    live.events[cls] += 16
+    shadow.events[cls] += 1
+    assert shadow.probability(cls) == pytest.approx(live.probability(cls))
+    with pytest.raises(ValueError):
+        create_policy("tinylfu", 1_000, prior_weight=0)
+
+
+def test_steering_to_recency_ranks_by_age_alone_and_admits_everything():
+    from tiers.policy import Candidate, create_policy
+
+    p = create_policy("tinylfu", 100_000)
+    p.on_insert("old", "k-old", 10)
+    p.record("k-new")
+    p.on_insert("new", "k-new", 500)  # another size class
+    p.events[p.index.nodes["new"].region] += 50  # the newer entry's class looks useless
+    assert p.victims(10) == ["new"]
+    p.steer("recency", gate_threshold=1.0)
+    assert p.victims(10) == ["old"]
+    assert p.may_admit(Candidate("k", 50)) and p.admit(Candidate("k", 50), ["old"])
+    p.steer("learned", gate_threshold=0.3)
+    assert p.victims(10) == ["new"] and p.gate.threshold == 0.3
+    with pytest.raises(ValueError):
+        p.steer("random", 0.0)

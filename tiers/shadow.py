@@ -1,0 +1,270 @@
+"""Online self-tuning: a few candidate settings run side by side on sampled shadow caches, and the live policy
+follows the best of them over a recent window.
+
+Design note
+-----------
+No fixed setting of a learned policy wins everywhere (benchmarks/RESULTS.md, "Where the known losses come from"):
+the learned order beats recency on long multi-turn traffic and loses to it while its learner is cold or where
+*when* a chain returns matters more than *whether*. So the tier measures instead of guessing:
+
+- **Spatial sampling, whole chains** (SHARDS, Waldspurger et al., FAST 2015; miniature simulations, ATC 2017): a
+  request goes to the shadows when the hash of its chain's key falls under `sample_rate`. A prefix chain is
+  identified by its first key that is not a *shared head*: a key that `head_requests` recent requests passed
+  through (a system prompt, a tool preamble) belongs to many chains, so sampling by it would take all of them or
+  none. A conversation's later turns pass the same keys, so a chain is sampled whole or not at all.
+- **Shadows**: one miniature cache per candidate setting, rate x the live capacity, built by the tier with the
+  classes it runs itself (`make_shadow`), so a shadow is the live cache in small. A miniature is only faithful
+  while it holds many requests (SHARDS scales the capacity, not the items): the rate is `sample_rate` or more,
+  enough for the shadow to hold `min_shadow_requests` requests of the mean size seen over the first
+  `warmup_requests` (up to 1: full-size shadows). The shadows start after that warm-up.
+- **Window**: a window ends after every `window_capacities` shadow capacities of sampled traffic; then each
+  shadow's hit and requested units are halved, so the comparison follows the recent workload. Units are
+  capacities, so the window does not depend on how many tokens a unit holds.
+- **Hysteresis**: the live setting is decided once per window, and changes only once `min_capacities` shadow
+  capacities of sampled traffic have been seen and another setting's windowed hit rate beats the live one's
+  by `margin` (token hit rate, absolute) and by `min_z` standard errors of the per-request difference between
+  the two shadows on the same sampled requests (a paired test: windows hold a few hundred requests, and on
+  traffic whose hits are few and large a lead of 0.01 can be noise). The live policy starts on the first setting (recency: SGLang's own LRU), so until the shadows show that
+  another setting pays, the tier behaves as stock SGLang.
+
+Cost: a sampled request costs one request on each shadow, so the tuner adds about the rate x the candidates
+of the tree's per-request work; memory is the shadows (their capacity) plus `head_memory` head counts.
+
+Threading: not thread-safe; the tier calls it under its own lock, like its policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Dict, Hashable, Optional, Protocol, Sequence, Tuple
+
+_HASH_BITS = 32
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: spreads Python's int and tuple hashes over the bits
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One candidate configuration of a steerable policy (`steer(order, gate_threshold)`)."""
+
+    name: str
+    order: str = "learned"  # "recency": age alone, every suffix admitted (SGLang's LRU)
+    gate_threshold: float = 0.0
+
+
+LRU = Setting("lru", order="recency")
+# SGLang's LRU and the learned order with the reuse gate at its bar (`tinylfu` pinned). A frequency order (close to
+# SGLang's LFU) as a third candidate lost: one wrong switch to it cost 0.03 against LRU (benchmarks/RESULTS.md)
+DEFAULT_SETTINGS = (LRU, Setting("gated", "learned", 0.3))
+
+
+@dataclass(frozen=True)
+class TuningConfig:
+    """Defaults chosen on the declared tuning set (benchmarks/RESULTS.md, "Self-tuning from shadow caches")."""
+
+    sample_rate: float = 1 / 16  # the least share of chains the shadows see
+    max_rate: float = 0.25  # the most, however large the requests are against the capacity (bounds the CPU)
+    min_shadow_requests: float = 32.0  # a shadow holds at least this many mean-sized requests (up to max_rate)
+    warmup_requests: int = 32  # requests seen before the shadows are sized and started
+    settings: Tuple[Setting, ...] = DEFAULT_SETTINGS  # the first is what the live policy starts with
+    window_capacities: float = 4.0  # shadow capacities of sampled traffic per window; a decision per window
+    min_capacities: float = 2.0  # sampled traffic before the first switch
+    margin: float = 0.002  # token hit rate by which another setting must beat the live one
+    min_z: float = 1.0  # and its per-request lead over the live one, in standard errors (paired)
+    head_requests: int = 32  # requests through a key that make it a shared head
+    head_memory: int = 4096  # keys whose request counts are kept
+
+    def __post_init__(self):
+        if not 0 < self.sample_rate <= self.max_rate <= 1:
+            raise ValueError(f"shadow sample rates need 0 < rate <= max rate <= 1, got {self.sample_rate}, "
+                             f"{self.max_rate}")
+        if len(self.settings) < 1 or len({s.name for s in self.settings}) != len(self.settings):
+            raise ValueError("shadow settings need at least one setting and distinct names")
+        if self.window_capacities <= 0 or self.min_capacities < 0 or self.margin < 0 or self.min_z < 0:
+            raise ValueError("window must be > 0, min traffic, margin and min_z >= 0")
+        if self.head_requests < 2 or self.head_memory < 1:
+            raise ValueError("head_requests must be >= 2 and head_memory >= 1")
+        if self.min_shadow_requests < 0 or self.warmup_requests < 1:
+            raise ValueError("min_shadow_requests must be >= 0 and warmup_requests >= 1")
+
+
+def tuning_at(sample_rate: float) -> Optional[TuningConfig]:
+    """The default tuning with `sample_rate` as its least rate (None for 0: no self-tuning): the one rule the
+    server's `--tier-shadow-rate` and the replay's `--shadow-rate` share."""
+    if not sample_rate:
+        return None
+    return TuningConfig(sample_rate=sample_rate, max_rate=max(sample_rate, TuningConfig.max_rate))
+
+
+@dataclass(frozen=True)
+class TuningStats:
+    live: str
+    sample_rate: float  # 0.0 while warming up
+    sampled_requests: int
+    switches: int
+    shadow_hit_rates: Dict[str, float]  # windowed token hit rate of each shadow (0.0 before any traffic)
+
+
+class Shadow(Protocol):
+    def request(self, request) -> Tuple[int, int]:
+        """Serve one request; (hit units, requested units)."""
+
+
+class ChainSampler:
+    """Whether a request's prefix chain is in the sample, by the hash of the chain's own first key."""
+
+    def __init__(self, sample_rate: float, head_requests: int = 32, head_memory: int = 4096):
+        self.rate = sample_rate
+        self._bar = int(sample_rate * (1 << _HASH_BITS))
+        self._head_requests = head_requests
+        self._head_memory = head_memory
+        self._counts: "OrderedDict[Hashable, int]" = OrderedDict()  # recently passed keys -> requests
+
+    def chain_key(self, keys: Sequence[Hashable]) -> Optional[Hashable]:
+        """The first of a request's path keys (root first) that is not a shared head; counts the keys it
+        passes. None for an empty path."""
+        counts = self._counts
+        key = None
+        for key in keys:
+            n = counts.pop(key, 0) + 1
+            counts[key] = n
+            if n < self._head_requests:
+                break
+        while len(counts) > self._head_memory:
+            counts.popitem(last=False)
+        return key
+
+    def sampled(self, keys: Sequence[Hashable]) -> bool:
+        key = self.chain_key(keys)
+        if key is None:
+            return False
+        mixed = ((hash(key) & _MASK64) * _GOLDEN) & _MASK64
+        return (mixed >> (64 - _HASH_BITS)) < self._bar
+
+
+class PairedLeads:
+    """Windowed sums of the per-request hit difference between every two shadows on the same sampled requests,
+    so that a lead can be weighed against its own noise (a paired z statistic; halved with the window)."""
+
+    def __init__(self, n: int):
+        self._d = [[0.0] * n for _ in range(n)]
+        self._q = [[0.0] * n for _ in range(n)]
+        self._count = 0.0
+
+    def add(self, hits: Sequence[float]) -> None:
+        self._count += 1
+        for a, ha in enumerate(hits):
+            da, qa = self._d[a], self._q[a]
+            for b, hb in enumerate(hits):
+                diff = ha - hb
+                da[b] += diff
+                qa[b] += diff * diff
+
+    def halve(self) -> None:
+        self._count *= 0.5
+        self._d = [[x * 0.5 for x in row] for row in self._d]
+        self._q = [[x * 0.5 for x in row] for row in self._q]
+
+    def z(self, a: int, b: int) -> float:
+        """Mean per-request lead of shadow `a` over `b`, in standard errors (inf for a lead with no spread)."""
+        n = self._count
+        if n < 2:
+            return 0.0
+        mean = self._d[a][b] / n
+        var = max(0.0, self._q[a][b] / n - mean * mean)
+        if var == 0.0:
+            return math.inf if mean > 0 else 0.0
+        return mean / math.sqrt(var / n)
+
+
+class ShadowTuner:
+    """Feeds sampled requests to one shadow per setting and says which setting the live policy should run."""
+
+    def __init__(self, config: TuningConfig, capacity: int, make_shadow: Callable[[Setting, int], Shadow]):
+        self.config = config
+        self.capacity = capacity
+        self._make_shadow = make_shadow
+        self.sampler: Optional[ChainSampler] = None
+        self.shadow_capacity = 0
+        self._shadows: list = []
+        self._hits = [0.0] * len(config.settings)
+        self._totals = [0.0] * len(config.settings)
+        self._pairs = PairedLeads(len(config.settings))
+        self._since_halving = 0.0
+        self._seen = 0.0  # units of sampled traffic so far
+        self._warmup_units = 0
+        self._requests = 0
+        self._live = 0
+        self._sampled = 0
+        self._switches = 0
+
+    @property
+    def live(self) -> Setting:
+        return self.config.settings[self._live]
+
+    def offer(self, keys: Sequence[Hashable], request, units: int) -> Optional[Setting]:
+        """A request of `units` passed `keys` (root first) in the live tree. If its chain is sampled, every
+        shadow serves `request`; returns the setting to switch the live policy to, or None to keep it."""
+        self._requests += 1
+        if self.sampler is None:
+            self._warm_up(units)
+            return None
+        if not self.sampler.sampled(keys):
+            return None
+        self._sampled += 1
+        hits = []
+        for i, (_, shadow) in enumerate(self._shadows):
+            hit, total = shadow.request(request)
+            self._hits[i] += hit
+            self._totals[i] += total
+            hits.append(hit)
+        self._pairs.add(hits)
+        self._seen += units
+        self._since_halving += units
+        if self._since_halving < self.config.window_capacities * self.shadow_capacity:
+            return None
+        # a window ended: decide once, on the windowed rates, then age them
+        setting = self._choose()
+        self._since_halving = 0.0
+        self._hits = [h * 0.5 for h in self._hits]
+        self._totals = [t * 0.5 for t in self._totals]
+        self._pairs.halve()
+        return setting
+
+    def _warm_up(self, units: int) -> None:
+        """Learn the mean request size; then size the shadows to hold `min_shadow_requests` of them."""
+        cfg = self.config
+        self._warmup_units += units
+        if self._requests < cfg.warmup_requests:
+            return
+        mean = self._warmup_units / self._requests
+        rate = min(cfg.max_rate, max(cfg.sample_rate, cfg.min_shadow_requests * mean / self.capacity))
+        self.shadow_capacity = max(1, int(self.capacity * rate))
+        self.sampler = ChainSampler(rate, cfg.head_requests, cfg.head_memory)
+        self._shadows = [(s, self._make_shadow(s, self.shadow_capacity)) for s in cfg.settings]
+
+    def _rate(self, i: int) -> float:
+        return self._hits[i] / self._totals[i] if self._totals[i] else 0.0
+
+    def _choose(self) -> Optional[Setting]:
+        if self._seen < self.config.min_capacities * self.shadow_capacity:
+            return None
+        best = max(range(len(self._shadows)), key=self._rate)
+        if best == self._live or self._rate(best) <= self._rate(self._live) + self.config.margin:
+            return None
+        if self._pairs.z(best, self._live) < self.config.min_z:  # a lead within the sampling noise
+            return None
+        self._live = best
+        self._switches += 1
+        return self.live
+
+    def stats(self) -> TuningStats:
+        return TuningStats(
+            live=self.live.name,
+            sample_rate=self.sampler.rate if self.sampler is not None else 0.0,
+            sampled_requests=self._sampled,
+            switches=self._switches,
+            shadow_hit_rates={s.name: round(self._rate(i), 6) for i, s in enumerate(self.config.settings)},
+        )
