@@ -8,18 +8,12 @@ Design note
 - Units as in `engines.py`: a trace block is R radix tokens, capacities are in trace tokens and become
   `capacity // block_tokens * R` radix tokens per pool. SGLang's load-back threshold (10 server tokens) is taken
   in radix tokens standing for `block_tokens / R` trace tokens each.
-- One request, as the scheduler serves it with HiCache at concurrency 1:
-  1. match_prefix: the device prefix, and the host-only part below it (`host_hit_length`);
-  2. with the device prefix locked (PrefillAdder's temporary lock), init_load_back of the host part (all or
-     nothing); the request then holds a lock on its prefix until it finishes;
-  3. the allocator: if fewer device tokens are free than the new remainder (and its output), evict the
-     shortfall (the prefix is locked), then take those tokens;
-  4. ready_to_load_host_cache, then cache_finished_req (engines.insert_finished: prompt + output, then the
-     prompt alone; ours with the request's TTL stashed, as ServedRequests does), free what the insert found
-     cached already, unlock;
-  5. check_hicache_events, which the next scheduling round runs first: writing_check and loading_check
-     acknowledge the copies (all complete) and release the locks SGLang took for them.
-  A prompt longer than the device pool keeps its head, as StockRadixEngine does.
+- One request, as the scheduler serves it with HiCache at concurrency 1: `sglang_ext.simulated_host.serve_request`
+  (match, load back the host part, evict the shortfall, cache_finished_req, acknowledge the copies; the
+  self-tuner's host-tier shadows serve requests with it too), whose cache_finished_req here is
+  engines.insert_finished (prompt + output, then the prompt alone; ours with the request's TTL stashed, as
+  ServedRequests does), freeing what the insert found cached already. A prompt longer than the device pool
+  keeps its head, as StockRadixEngine does.
 - TieredHiRadixCache is built in strict mode, as create_simulated is: a policy whose view drifts from the tree
   raises instead of falling back to SGLang's order.
 - Hits, in blocks: device = the match's device indices, host = what init_load_back loaded. The replay loop
@@ -31,7 +25,7 @@ Design note
 from __future__ import annotations
 
 import contextlib
-import time
+import dataclasses
 from types import SimpleNamespace
 from typing import Dict, Iterator, Optional, Sequence
 
@@ -39,6 +33,7 @@ from benchmarks.engines import (STOCK_POLICIES, TIERED_PREFIX, Access, EngineSta
                                insert_finished, logical_radix_time)
 from benchmarks.lower_tiers import LowerTiers, TierCounters, TierSpec
 from benchmarks.trace import Request
+from tiers.shadow import tuning_at
 
 
 @contextlib.contextmanager
@@ -60,7 +55,8 @@ class HostTierEngine:
     """Device + host tiers through HiRadixCache (stock policies) or TieredHiRadixCache (ours)."""
 
     def __init__(self, policy: str, capacity_blocks: int, host_blocks: int, clock, block_tokens: int,
-                 policy_config: Optional[dict] = None, radix_tokens_per_block: int = 1, output_tokens: int = 0):
+                 policy_config: Optional[dict] = None, radix_tokens_per_block: int = 1, output_tokens: int = 0,
+                 tuning=None):
         from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
 
         from sglang_ext.simulated_host import load_back_threshold, simulated_hicache
@@ -82,7 +78,7 @@ class HostTierEngine:
             ours = policy[len(TIERED_PREFIX):] if policy.startswith(TIERED_PREFIX) else policy
             self.cache = simulated_hicache(TieredHiRadixCache, self.capacity, host_blocks * r,
                                            load_back_threshold=threshold, policy=ours, policy_config=policy_config,
-                                           clock=clock, strict=True)
+                                           clock=clock, strict=True, tuning=tuning)
         self.device_pool = self.cache.token_to_kv_pool_allocator
         self.controller = self.cache.cache_controller
         self.last_host_blocks = 0
@@ -93,40 +89,21 @@ class HostTierEngine:
         return type(self.cache).__mro__[1].__name__  # the class under the simulated constructor
 
     def access(self, req: Request) -> Access:
-        from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams, MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
-        cache, units = self.cache, self.units
+        from sglang_ext.simulated_host import serve_request
+
+        units, outputs = self.units, self.outputs
         # a prompt longer than the device pool keeps its head (its output still has to fit)
-        ids = units.tokens(req.blocks[: (self.capacity - self.outputs.per_request) // units.per_block])
-        outputs = self.outputs
-        match = cache.match_prefix(MatchPrefixParams(key=RadixKey(outputs.match_key(ids))))
-        device_hit, node = len(match.device_indices), match.last_device_node
-        loaded = 0
-        if match.host_hit_length > 0:
-            cache.inc_lock_ref(node)  # PrefillAdder's temporary lock while it loads the host part
-            values, loaded_node = cache.init_load_back(
-                InitLoadBackParams(best_match_node=match.best_match_node, host_hit_length=match.host_hit_length))
-            cache.dec_lock_ref(node)
-            loaded, node = len(values), loaded_node
-        cache.inc_lock_ref(node)  # the request's own lock on its prefix, until it finishes
-        prefix = device_hit + loaded
+        ids = units.tokens(req.blocks[: (self.capacity - outputs.per_request) // units.per_block])
         output = outputs.of(ids)
-        need = len(ids) + len(output) - prefix
-        short = need - self.device_pool.available_size()
-        if short > 0:
-            t0 = time.perf_counter_ns()
-            cache.evict(EvictParams(num_tokens=short))
-            self._evict_ns += time.perf_counter_ns() - t0
-        if not self.device_pool.take(need):
-            raise RuntimeError(f"{need} device tokens not free after eviction (prefix {prefix} locked)")
-        cache.ready_to_load_host_cache()
-        self._finish(ids, output, req, prefix)
-        cache.dec_lock_ref(node)
-        cache.check_hicache_events()
+        served = serve_request(self.cache, RadixKey(outputs.match_key(ids)), len(ids) + len(output),
+                               lambda prefix: self._finish(ids, output, req, prefix))
+        self._evict_ns += served.evict_ns
+        device_hit, loaded = served.device_tokens, served.host_tokens
         self._count_hits(device_hit, loaded)
         device_blocks = outputs.hit_blocks(device_hit, ids, units.per_block)
-        self.last_host_blocks = outputs.hit_blocks(prefix, ids, units.per_block) - device_blocks
+        self.last_host_blocks = outputs.hit_blocks(device_hit + loaded, ids, units.per_block) - device_blocks
         evicted_host = units.blocks(self.controller.host_evicted)
         self.controller.host_evicted = []
         return Access(hit_blocks=device_blocks, evicted=evicted_host)
@@ -158,8 +135,10 @@ class HostTierEngine:
                                policy_ns=self._evict_ns)
         device = self.cache.tier_counters()["device"]
         counters = self.cache.counters()
+        tuner = self.cache.tuner
         return EngineStats(evictions=device["evictions"], evicted_blocks=device["evicted_tokens"] // per_block,
-                           admissions_rejected=0, policy_ns=counters["policy_ns"])
+                           admissions_rejected=0, policy_ns=counters["policy_ns"],
+                           tuning=dataclasses.asdict(tuner.stats()) if tuner is not None else None)
 
     def host_counters(self, block_tokens: int) -> TierCounters:
         """The host tier's counters in the replay's terms (trace tokens; rejections are the policy's refusals)."""
@@ -211,5 +190,6 @@ def host_tier_engine(cfg, block_tokens: int, clock):
     """(engine, the tiers below it) for the replay loop, from a ReplayConfig whose host tier is on."""
     bt = block_tokens
     engine = HostTierEngine(cfg.policy, cfg.capacity_tokens // bt, cfg.host_tokens // bt, clock, bt,
-                            cfg.policy_config, cfg.radix_tokens_per_block, cfg.output_tokens)
+                            cfg.policy_config, cfg.radix_tokens_per_block, cfg.output_tokens,
+                            tuning_at(cfg.shadow_rate))
     return engine, HostTiers(engine, bt, cfg.peer_tokens // bt, cfg.lower_policy, clock)

@@ -513,7 +513,7 @@ def add_arguments(p) -> None:
     p.add_argument("--faults", action="store_true",
                    help="peer kill/restart and freeze, server restart, host memory pressure, weights change")
     p.add_argument("--peer-capacity-gb", type=gigabytes, default=0.25,
-                   help="the peer's pool; its RSS grows until the pool is touched once, then stays")
+                   help="the peer's pool (written once at its start: its RSS is flat from there)")
     p.add_argument("--log-dir", default=None, help="server logs (default: a new temp folder)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 

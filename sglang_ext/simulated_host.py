@@ -23,8 +23,9 @@ Threading: none; the caller (the replay) plays the scheduler thread.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
-from typing import List
+from typing import Callable, List, NamedTuple
 
 
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -96,7 +97,8 @@ class _Ack:
 class InstantController:
     """HiCacheController's interface to the tree, with copies that complete at once."""
 
-    def __init__(self, device: CountingPool, host: CountingPool, write_policy: str = "write_through"):
+    def __init__(self, device: CountingPool, host: CountingPool, write_policy: str = "write_through",
+                 record_host_evictions: bool = True):
         self.mem_pool_device_allocator = device
         self.mem_pool_host = host
         self.write_policy = write_policy
@@ -105,6 +107,7 @@ class InstantController:
         self.load_queue: List[int] = []
         self.written_tokens = 0
         self.host_evicted: List[int] = []  # host indices given back (the replay's token ids), for a tier below
+        self._record_host_evictions = record_host_evictions  # off where nobody drains host_evicted (shadows)
 
     def reset(self) -> None:
         self.ack_write_queue.clear()
@@ -137,7 +140,8 @@ class InstantController:
 
     def evict_host(self, host_indices, backup_only: bool = True) -> int:
         self.mem_pool_host.free(host_indices)
-        self.host_evicted.extend(int(i) for i in host_indices.tolist())
+        if self._record_host_evictions:
+            self.host_evicted.extend(int(i) for i in host_indices.tolist())
         return len(host_indices)
 
 
@@ -148,6 +152,7 @@ class SimulatedHost:
     host_tokens: int
     write_policy: str = "write_through"
     load_back_threshold: int = SGLANG_LOAD_BACK_THRESHOLD
+    record_host_evictions: bool = True
 
 
 class SimulatedHiRadixCache(HiRadixCache):
@@ -161,7 +166,7 @@ class SimulatedHiRadixCache(HiRadixCache):
         self.kv_cache = None
         self.token_to_kv_pool_host = CountingPool(sim.host_tokens)
         self.cache_controller = InstantController(params.token_to_kv_pool_allocator, self.token_to_kv_pool_host,
-                                                  sim.write_policy)
+                                                  sim.write_policy, sim.record_host_evictions)
         # one rank, no pipeline: SGLang's all-reduces of ready counts are then no-ops
         self.tp_group = self.attn_cp_group = self.attn_tp_group = self.pp_group = None
         self.tp_world_size, self.pp_rank, self.pp_size = 1, 0, 1
@@ -192,11 +197,59 @@ def simulated_class(cls: type) -> type:
 
 def simulated_hicache(cls: type, device_tokens: int, host_tokens: int, *,
                       load_back_threshold: int = SGLANG_LOAD_BACK_THRESHOLD, eviction_policy: str = "lru",
-                      eviction_policy_config=None, write_policy: str = "write_through", **kwargs):
+                      eviction_policy_config=None, write_policy: str = "write_through",
+                      record_host_evictions: bool = True, **kwargs):
     """A `cls` (page size 1) over a device pool of `device_tokens` and a host pool of `host_tokens`; `kwargs` go to
-    `cls`'s constructor (TieredHiRadixCache's policy, clock, ...)."""
+    `cls`'s constructor (TieredHiRadixCache's policy, clock, ...). `record_host_evictions`: keep the host indices
+    given back in `cache_controller.host_evicted`, for a caller that drains them after each request."""
     params = CacheInitParams(disable=False, req_to_token_pool=None,
                              token_to_kv_pool_allocator=CountingPool(device_tokens), page_size=1,
                              eviction_policy=eviction_policy, eviction_policy_config=eviction_policy_config)
-    sim = SimulatedHost(host_tokens, write_policy, load_back_threshold)
+    sim = SimulatedHost(host_tokens, write_policy, load_back_threshold, record_host_evictions)
     return simulated_class(cls)(params, sim, **kwargs)
+
+
+class Served(NamedTuple):
+    device_tokens: int  # the request's prefix found on the device
+    host_tokens: int  # and below it, loaded back from the host
+    evict_ns: int  # perf_counter_ns spent in the allocator's eviction for it
+
+
+def serve_request(cache, key, total_tokens: int, finish: Callable[[int], None]) -> Served:
+    """One request on a simulated HiRadixCache, as the scheduler serves it with HiCache at concurrency 1.
+
+    1. match_prefix of `key`: the device prefix, and the host-only part below it (`host_hit_length`);
+    2. with the device prefix locked (PrefillAdder's temporary lock), init_load_back of the host part (all or
+       nothing); the request then holds a lock on its prefix until it finishes;
+    3. the allocator: if fewer device tokens are free than the request's `total_tokens` less its prefix, evict
+       the shortfall (the prefix is locked), then take them;
+    4. ready_to_load_host_cache, then `finish(prefix tokens)` (the request's cache_finished_req), unlock;
+    5. check_hicache_events, which the next scheduling round runs first: writing_check and loading_check
+       acknowledge the copies (all complete) and release the locks SGLang took for them.
+    """
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams, MatchPrefixParams
+
+    match = cache.match_prefix(MatchPrefixParams(key=key))
+    device_hit, node = len(match.device_indices), match.last_device_node
+    loaded = evict_ns = 0
+    if match.host_hit_length > 0:
+        cache.inc_lock_ref(node)
+        values, loaded_node = cache.init_load_back(
+            InitLoadBackParams(best_match_node=match.best_match_node, host_hit_length=match.host_hit_length))
+        cache.dec_lock_ref(node)
+        loaded, node = len(values), loaded_node
+    cache.inc_lock_ref(node)
+    need = total_tokens - device_hit - loaded
+    pool = cache.token_to_kv_pool_allocator
+    short = need - pool.available_size()
+    if short > 0:
+        t0 = time.perf_counter_ns()
+        cache.evict(EvictParams(num_tokens=short))
+        evict_ns = time.perf_counter_ns() - t0
+    if not pool.take(need):
+        raise RuntimeError(f"{need} device tokens not free after eviction (prefix {device_hit + loaded} locked)")
+    cache.ready_to_load_host_cache()
+    finish(device_hit + loaded)
+    cache.dec_lock_ref(node)
+    cache.check_hicache_events()
+    return Served(device_hit, loaded, evict_ns)

@@ -140,8 +140,8 @@ def add_tier_args(parser: argparse.ArgumentParser) -> None:
                        metavar="FRACTION", help="fraction of each tier's capacity that retained prefixes may hold")
     group.add_argument("--tier-shadow-rate", type=float, default=TierConfig.shadow_rate, metavar="FRACTION",
                        help="self-tuning: the least share of prefix chains replayed on shadow caches, one per "
-                            "candidate setting, whose best the device policy follows (0: off; the policy then runs "
-                            "its learned setting throughout)")
+                            "candidate setting, whose best the policy follows (on the device tier, and with "
+                            "--enable-hierarchical-cache on both tiers; 0: off, the learned setting throughout)")
     group.add_argument("--tier-stats-tenants", action="store_true",
                        help="add per-tenant occupancy (salt digests) to /tiers/stats; off by default, so that no "
                             "client learns another tenant's footprint (with --admin-api-key, /tiers/stats needs it)")

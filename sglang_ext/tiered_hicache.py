@@ -28,6 +28,11 @@ seeing only the nodes resident on its tier through a TierView (tier_views.py):
   serving_cache) retains the nodes of its prompt, each once per insert; a hit refreshes them. Both policies
   give retained nodes last; a retained node leaving the device is always demoted (it was backed up at
   admission), never dropped while it is retained.
+- Self-tuning (tiers.shadow, `--tier-shadow-rate`): as on the device-only tree, the tuner samples whole prefix
+  chains at their first insert and serves them on one shadow per candidate setting; a shadow is this class on
+  simulated pools (simulated_host), both tiers scaled by the sample rate, serving each request as the scheduler
+  does (match, load back, evict, insert, acknowledge). A switch steers both tiers' policies at once: `lru`
+  (recency, every backup admitted) is stock HiCache's write-through LRU; `gated` the learned setting.
 - Counters per tier for `/tiers/stats` and Prometheus: hits (device / host / storage, from SGLang's own split
   of each request's cached prefix), host admissions and rejections, device evictions (demoted or dropped),
   host evictions, retention events, policy calls and their time.
@@ -43,7 +48,10 @@ Threading: the scheduler thread only, like HiRadixCache's tree (the copies run o
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
+import logging
+import time
 from typing import Any, Dict, Optional
 
 from sglang.srt.disaggregation.kv_events import StorageMedium
@@ -56,6 +64,9 @@ from sglang_ext.tiered_cache import peek_path
 from tiers.clock import MonotonicClock
 from tiers.policy import Candidate, create_policy
 from tiers.retention import Retention
+from tiers.shadow import Setting, ShadowTuner, TuningConfig
+
+logger = logging.getLogger(__name__)
 
 _ROOT_KEY = 0
 _RECORDED = "_tier_recorded"  # set on SGLang's Req once both policies have recorded it
@@ -71,11 +82,47 @@ class RetainedLast:
         return (self.retention.is_retained(node), self.base.get_priority(node))
 
 
+class _HostTierShadow:
+    """A simulated TieredHiRadixCache as a shadow cache (tiers.shadow.Shadow): serves a request on both of its
+    tiers as the scheduler would (simulated_host.serve_request), reports its hit on either tier."""
+
+    def __init__(self, cache: "TieredHiRadixCache"):
+        self.cache = cache
+
+    def request(self, request) -> tuple:
+        import torch
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+        from sglang_ext.simulated_host import serve_request
+
+        full_key, priority, ttl_s = request
+        cache = self.cache
+        # a request longer than the miniature's device pool keeps its head, as in the replay; the rest is a miss
+        key = full_key[: int(cache.token_to_kv_pool_allocator.size)]
+
+        def finish(prefix: int) -> None:  # cache_finished_req: the request's KV joins the tree
+            cache._request_ttl_s = ttl_s
+            try:
+                value = torch.arange(len(key), dtype=torch.int64)  # the pools only count: any indices do
+                result = cache.insert(InsertParams(key=key, value=value, priority=priority))
+            finally:
+                cache._request_ttl_s = None
+            if result.prefix_len > prefix:  # computed twice: the copy the tree had already goes back
+                cache.token_to_kv_pool_allocator.free(range(prefix, result.prefix_len))
+
+        served = serve_request(cache, key, len(key), finish)
+        return served.device_tokens + served.host_tokens, len(full_key)
+
+
 class TieredHiRadixCache(ServedRequests, HiRadixCache):
     def __init__(self, params, server_args, *, policy: str = "tinylfu", policy_config: Optional[Dict[str, Any]] = None,
                  retention_budget: float = 0.5, enable_metrics: bool = False, stats_tenants: bool = False,
-                 clock=None, strict: bool = False):
+                 clock=None, strict: bool = False, tuning: Optional[TuningConfig] = None, scale: float = 1.0):
+        """`tuning`: the self-tuner (tiers.shadow), whose shadows are miniatures of this class on simulated pools;
+        `scale`: this tree is such a miniature, at that fraction of the cache it stands for (its policies size
+        their classes against the full tiers and weigh their priors by the scale)."""
         self._policy_name, self._policy_config = policy, dict(policy_config or {})
+        self._tuning, self._scale = tuning, scale
         self._strict = strict  # raise when a policy's view drifts from the tree (tests); else log and fall back
         self._n = dict(host_admitted=0, host_rejected=0, demotions=0, dropped=0, device_evicted_tokens=0,
                        host_evicted_tokens=0, fallback_rounds=0)
@@ -101,10 +148,50 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         self.host_view = self._view("host", host_tokens)
         # SGLang's own order, for a round whose policy drifted
         self.eviction_strategy = RetainedLast(get_eviction_strategy("lru"), self.retention)
+        self.tuner = None
+        if self._tuning is not None and hasattr(self.device_view.inner, "steer"):
+            self.tuner = ShadowTuner(self._tuning, device_tokens, self._make_shadow)
+            self._steer(self.tuner.live)
 
     def _view(self, tier: str, capacity: int) -> TierView:
-        policy = create_policy(self._policy_name, capacity, clock=self._clock, **self._policy_config)
+        config = dict(self._policy_config)
+        if self._scale != 1.0:
+            config.update(class_capacity=round(capacity / self._scale), prior_weight=self._scale)
+        policy = create_policy(self._policy_name, capacity, clock=self._clock, **config)
         return TierView(tier, policy, self.retention, self.root_node, self._strict)
+
+    # ---- self-tuning ----
+    def _steer(self, setting: Setting) -> None:
+        """Both tiers run the setting: with `recency`, device and host evict least recently used first and the
+        host takes every backup, as stock HiCache's write-through does."""
+        self.device_view.inner.steer(setting.order, setting.gate_threshold)
+        self.host_view.inner.steer(setting.order, setting.gate_threshold)
+
+    def _make_shadow(self, setting: Setting, device_tokens: int) -> _HostTierShadow:
+        """A miniature of this cache running `setting`: this class on simulated pools, both tiers scaled alike,
+        the same policy, retention budget and clock; no tuner, no serving counters, no KV."""
+        from sglang_ext.simulated_host import simulated_hicache
+
+        scale = device_tokens / max(1, int(self.token_to_kv_pool_allocator.size))
+        host_tokens = max(1, round(int(self.cache_controller.mem_pool_host.size) * scale))
+        shadow = simulated_hicache(
+            TieredHiRadixCache, device_tokens, host_tokens, record_host_evictions=False,
+            load_back_threshold=self.load_back_threshold,  # in tokens, as the shadow's page of 1 token
+            policy=self._policy_name, policy_config=self._policy_config, retention_budget=self._retention_budget,
+            clock=self._clock, strict=self._strict, scale=scale)
+        shadow._steer(setting)
+        return _HostTierShadow(shadow)
+
+    def _offer_to_shadows(self, keys, key, priority: int) -> None:
+        """Let the tuner sample the request; switch both tiers' setting if it says so. Counted as device policy
+        cost (the shadows' work is the tuner's)."""
+        t0 = time.perf_counter_ns()
+        setting = self.tuner.offer(keys, (key, priority, self._request_ttl_s), len(key))
+        if setting is not None:
+            self._steer(setting)
+            logger.info("shadow tuner: both tiers now run %r (%s)", setting.name, self.tuner.stats())
+        self.device_view.ns += time.perf_counter_ns() - t0
+        self.device_view.calls += 1
 
     def reset(self):
         """SGLang's flush (`/flush_cache`) empties both pools; the retention and policies of the old tree go too,
@@ -148,8 +235,9 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             matched += len(child.key)
             node = child
 
-    def _record_request(self, key) -> None:
-        """Both policies learn what a request asked for: its path's keys, its remainder's, and its hit there."""
+    def _record_request(self, key, priority: int) -> None:
+        """Both policies learn what a request asked for: its path's keys, its remainder's, and its hit there;
+        then the self-tuner may sample it."""
         path, matched, anchor = self._peek(key)
         keys = [self._tier_key(n) for n in path]
         if matched < len(key):
@@ -158,13 +246,15 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         on_host = sum(len(n.key) for n in path if n.backuped)
         self.device_view.record(keys, min(on_device, matched), len(key))
         self.host_view.record(keys, min(on_host, matched), len(key))
+        if self.tuner is not None:
+            self._offer_to_shadows(keys, key, priority)
 
     def insert(self, params):
         key, _ = params.key.maybe_to_bigram_view(self.is_eagle)
         key = key.page_aligned(self.page_size)
         counted = not params.chunked and not self._req_recorded
         if counted and len(key):
-            self._record_request(key)
+            self._record_request(key, params.priority)
         self._backed_up_now = set()
         try:
             result = super().insert(params)
@@ -414,5 +504,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         }
         if self._stats_tenants:
             out["tenants"] = self.occupancy_by_tenant()
+        if self.tuner is not None:
+            out["tuning"] = dataclasses.asdict(self.tuner.stats())
         self._signals.tier_stats(out["tiers"])
         return out

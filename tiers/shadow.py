@@ -204,6 +204,11 @@ class ShadowTuner:
     def live(self) -> Setting:
         return self.config.settings[self._live]
 
+    @property
+    def shadows(self) -> Tuple[Tuple[Setting, Shadow], ...]:
+        """(setting, its shadow cache) for each candidate; empty until the warm-up ends."""
+        return tuple(self._shadows)
+
     def offer(self, keys: Sequence[Hashable], request, units: int) -> Optional[Setting]:
         """A request of `units` passed `keys` (root first) in the live tree. If its chain is sampled, every
         shadow serves `request`; returns the setting to switch the live policy to, or None to keep it."""

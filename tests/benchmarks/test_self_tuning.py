@@ -1,4 +1,5 @@
-"""The self-tuner through the classes the server runs (TieredRadixCache with its shadow caches), on traces."""
+"""The self-tuner through the classes the server runs (TieredRadixCache, and TieredHiRadixCache with the host tier,
+with their shadow caches), on traces."""
 
 import random
 from array import array
@@ -8,12 +9,15 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from benchmarks.engines import TieredEngine
+from benchmarks.host_engine import HostTierEngine, logical_tree_time
 from benchmarks.replay import ReplayConfig, replay
 from benchmarks.trace import load_trace, parse_rows
 from benchmarks.workloads import GenConfig, generate_rows
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang_ext.simulated_host import simulated_hicache
 from sglang_ext.tiered_cache import TieredRadixCache
+from sglang_ext.tiered_hicache import TieredHiRadixCache, _HostTierShadow
 from tiers.clock import ManualClock
 from tiers.shadow import DEFAULT_SETTINGS, LRU, TuningConfig
 
@@ -116,3 +120,67 @@ def test_the_tuner_moves_the_live_policy_off_recency_when_a_scan_would_flush_the
     assert stats.live != "lru" and stats.switches == 1
     assert lru_rate < 0.05 and tuned_rate > 0.15
     assert stats.shadow_hit_rates[stats.live] > stats.shadow_hit_rates["lru"] + 0.1
+
+
+# ---- with the host tier: TieredHiRadixCache, both tiers steered, shadows of the same class ----
+def _host_hits(policy: str, trace, device_blocks: int, host_blocks: int, tuning=None):
+    """(device, host) hit blocks per request through HostTierEngine (the server's host-tier class)."""
+    clock = ManualClock(0.0)
+    with logical_tree_time():
+        engine = HostTierEngine(policy, device_blocks, host_blocks, clock, trace.block_tokens, tuning=tuning)
+        hits = []
+        for req in trace.requests:
+            clock.set(max(clock.now(), req.time_s))
+            hits.append((engine.access(req).hit_blocks, engine.last_host_blocks))
+    return engine, hits
+
+
+def test_the_recency_setting_on_both_tiers_is_stock_hicache_request_by_request():
+    """Guards the host tier's starting setting: `tinylfu` steered to recency on device and host must serve every
+    request as SGLang's HiRadixCache with LRU does (device eviction, write-through backups, host eviction)."""
+    trace = load_trace("conversation", limit=800)
+    engine, ours = _host_hits("tinylfu", trace, 600, 1200, TuningConfig(settings=(LRU,)))
+    _, stock = _host_hits("lru", trace, 600, 1200)
+    assert engine.cache.tier_counters()["host"]["evicted_tokens"] > 0  # both tiers were full
+    assert sum(h for _, h in stock) > 0
+    assert ours == stock
+
+
+def _serve_scan_then_hot(cache, n: int, seed: int = 0) -> float:
+    """_scan_then_hot's requests, each served on both tiers as the scheduler would (simulated_host.serve_request,
+    through the host-tier shadow's own request path); the hit rate (device + host) of the second half."""
+    rng = random.Random(seed)
+    hot = [[rng.randrange(100, 30000) for _ in range(150)] for _ in range(3)]
+    served, hits, total = _HostTierShadow(cache), 0, 0
+    for i in range(n):
+        prompt = hot[(i // 3) % 3] + [i] if i % 3 == 0 else [rng.randrange(100, 30000) for _ in range(280)]
+        hit, units = served.request((RadixKey(array("q", prompt)), 0, None))
+        if i >= n // 2:
+            hits, total = hits + hit, total + units
+    return hits / total
+
+
+def test_the_host_tier_tuner_leaves_recency_when_a_scan_would_flush_both_tiers():
+    """With a host tier as small as the device, recency loses the hot prompts on both; the shadows (this class
+    on simulated pools) see the learned setting keep them, and both live tiers follow."""
+    lru_only = simulated_hicache(TieredHiRadixCache, 1200, 1200, tuning=TuningConfig(settings=(LRU,)), strict=True)
+    tuned = simulated_hicache(TieredHiRadixCache, 1200, 1200, tuning=TuningConfig(sample_rate=1.0, max_rate=1.0),
+                              strict=True)
+    lru_rate, tuned_rate = _serve_scan_then_hot(lru_only, 240), _serve_scan_then_hot(tuned, 240)
+    stats = tuned.tuner.stats()
+    assert stats.live == "gated" and stats.switches == 1
+    assert tuned.device_view.inner.order == tuned.host_view.inner.order == "learned"
+    assert lru_only.device_view.inner.order == lru_only.host_view.inner.order == "recency"
+    assert lru_rate < 0.05 and tuned_rate > 0.15
+    # the shadows' host pools evicted, and kept no log of it (nobody drains one in the server)
+    for _, shadow in tuned.tuner.shadows:
+        controller = shadow.cache.cache_controller
+        assert controller.mem_pool_host.freed_tokens > 0 and controller.host_evicted == []
+
+
+def test_the_replay_with_a_host_tier_runs_the_tuner_and_reports_it():
+    trace = load_trace("conversation", limit=300)
+    r = replay(trace, ReplayConfig("tinylfu", 200_000, host_tokens=400_000))
+    assert r.config["host_tier"] == "TieredHiRadixCache"
+    assert r.tuning["sampled_requests"] > 0 and set(r.tuning["shadow_hit_rates"]) == {s.name for s in DEFAULT_SETTINGS}
+    assert replay(trace, ReplayConfig("tinylfu", 200_000, host_tokens=400_000, shadow_rate=0)).tuning is None

@@ -226,3 +226,15 @@ def test_a_connection_the_peer_closed_while_idle_is_reopened_without_a_miss(peer
         time.sleep(0.2)  # polling a condition, not ordering events
     assert c.get("ns", keys(4), dst.pages()) == [True] * 4
     assert all(dst.bytes_of(i) == src.bytes_of(i) for i in range(4))
+
+
+def test_the_pool_is_committed_before_ready_unless_no_prefault(peer_factory):
+    """A prefaulted pool is resident when the peer says ready, so its RSS does not climb as pages arrive (the
+    soak's flat-memory claim) and no WRITE lands on first-touch page faults; --no-prefault keeps calloc's lazy
+    pages."""
+    import psutil
+
+    pool = 200_000_000
+    eager = psutil.Process(peer_factory("--capacity-gb", "0.2").proc.pid).memory_info().rss
+    lazy = psutil.Process(peer_factory("--capacity-gb", "0.2", "--no-prefault").proc.pid).memory_info().rss
+    assert eager >= pool and lazy < pool / 2, (eager, lazy)

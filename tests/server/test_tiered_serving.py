@@ -242,3 +242,6 @@ def test_flood_retained_session_survives_with_the_host_tier(hicache_server):
     # one policy, named for what runs on each tier, decided on both
     assert after["policy"] == "tinylfu (device: tinylfu, host admission and eviction: tinylfu)"
     assert all(a[t]["policy_calls"] > b[t]["policy_calls"] for t in ("device", "host"))
+    # and the self-tuner runs on this class by default: the flood's requests were offered to it
+    assert after["tuning"]["sample_rate"] >= 1 / 16
+    assert after["tuning"]["live"] in ("lru", "gated")

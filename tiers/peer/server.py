@@ -290,6 +290,10 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help=f"clients served at once; one more is refused (default {DEFAULT_MAX_CONNECTIONS})")
     p.add_argument("--idle-timeout-s", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
                    help=f"close a connection idle this long (default {DEFAULT_IDLE_TIMEOUT_S:g})")
+    p.add_argument("--prefault", action=argparse.BooleanOptionalAction, default=True,
+                   help="write the whole pool once at start (default), so its memory is committed before the server "
+                        "is ready: the RSS stays flat while the pool fills, and no WRITE waits on first-touch page "
+                        "faults; --no-prefault lets pages appear on first write")
     p.add_argument("--enable-test-hooks", action="store_true", help="allow the 'corrupt' request (tests only)")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = p.parse_args(argv)
@@ -321,7 +325,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if args.host in ("127.0.0.1", "localhost"):
         use_loopback_only()
-    pool = np.zeros(int(args.capacity_gb * 1e9), dtype=np.uint8)  # calloc: pages appear on first write
+    pool = np.zeros(int(args.capacity_gb * 1e9), dtype=np.uint8)  # calloc: pages appear on first write...
+    if args.prefault:
+        pool.fill(0)  # ...unless written now: every page is faulted in before READY
     store = PageStore(pool, args.policy)
     if args.page_bytes:
         store.format(args.page_bytes)
