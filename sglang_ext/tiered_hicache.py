@@ -54,11 +54,14 @@ import logging
 import time
 from typing import Any, Dict, Optional
 
+import torch
 from sglang.srt.disaggregation.kv_events import StorageMedium
+from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
 from sglang.srt.mem_cache.utils import get_eviction_strategy
 
 from sglang_ext.serving_cache import ServedRequests, tenant_label
+from sglang_ext.simulated_host import serve_request, simulated_hicache
 from sglang_ext.tier_views import TierView
 from sglang_ext.tiered_cache import peek_path
 from tiers.clock import MonotonicClock
@@ -90,11 +93,6 @@ class _HostTierShadow:
         self.cache = cache
 
     def request(self, request) -> tuple:
-        import torch
-        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
-
-        from sglang_ext.simulated_host import serve_request
-
         full_key, priority, ttl_s = request
         cache = self.cache
         # a request longer than the miniature's device pool keeps its head, as in the replay; the rest is a miss
@@ -170,8 +168,6 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
     def _make_shadow(self, setting: Setting, device_tokens: int) -> _HostTierShadow:
         """A miniature of this cache running `setting`: this class on simulated pools, both tiers scaled alike,
         the same policy, retention budget and clock; no tuner, no serving counters, no KV."""
-        from sglang_ext.simulated_host import simulated_hicache
-
         scale = device_tokens / max(1, int(self.token_to_kv_pool_allocator.size))
         host_tokens = max(1, round(int(self.cache_controller.mem_pool_host.size) * scale))
         shadow = simulated_hicache(
