@@ -23,6 +23,7 @@ from pathlib import Path
 ENV_DIR = "SGLANG_EXT_MEMORY_DEBUG"
 ENV_TRACEMALLOC = "SGLANG_EXT_TRACEMALLOC"  # "1": also trace Python allocations (slow: start-up takes minutes)
 ENV_INTERVAL = "SGLANG_EXT_MEMORY_DEBUG_INTERVAL_S"
+ENV_TRIM_PROBE = "SGLANG_EXT_MALLOC_TRIM_PROBE"  # "1": no census; each interval, RSS before and after malloc_trim(0)
 FRAMES = 1  # the allocating line only: deeper tracebacks made each report take minutes in a busy scheduler
 TOP = 25
 
@@ -41,7 +42,8 @@ def install_from_env() -> None:
         _started = True
         if os.environ.get(ENV_TRACEMALLOC) == "1":
             tracemalloc.start(FRAMES)
-        thread = threading.Thread(target=_dump_loop, args=(Path(out), interval), name="tracemalloc-dump",
+        loop = _trim_loop if os.environ.get(ENV_TRIM_PROBE) == "1" else _dump_loop
+        thread = threading.Thread(target=loop, args=(Path(out), interval), name="tracemalloc-dump",
                                   daemon=True)
         thread.start()
     except Exception:  # a debug aid must not stop a server
@@ -73,6 +75,33 @@ def _dump_loop(out: Path, interval_s: float) -> None:
                     f.write(census)
             else:
                 path.write_text(census)
+        except Exception:
+            continue
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _trim_loop(out: Path, interval_s: float) -> None:
+    """Free-but-unreturned heap memory: RSS before and after glibc's malloc_trim(0), appended each interval.
+    What trim gives back is fragmentation (freed, still resident); what stays is live native memory."""
+    import ctypes
+
+    trim = ctypes.CDLL("libc.so.6").malloc_trim
+    path = out / f"{_title()}-{os.getpid()}-trim.txt"
+    t0 = time.monotonic()
+    while True:
+        time.sleep(interval_s)  # a debug thread's period, not an ordering of events
+        try:
+            before = _rss()
+            t1 = time.perf_counter()
+            trim(0)
+            took = time.perf_counter() - t1
+            with open(path, "a") as f:
+                f.write(f"{time.monotonic() - t0:.0f}s rss {before >> 20} MiB -> {_rss() >> 20} MiB "
+                        f"after trim ({took * 1e3:.1f} ms)\n")
         except Exception:
             continue
 

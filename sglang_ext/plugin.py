@@ -6,7 +6,8 @@ never raises on the serving path. It first compares the installed SGLang with th
 on any difference it logs what changed, installs no hook, and the `tiered` backend refuses to build, so a
 server asked for it does not start. What it installs otherwise:
 - every process: the `tiered` backend; on CPU, the HiCache seams (cpu_hicache);
-- scheduler processes: a hook that adds the tree cache's tier counters to `get_internal_state`;
+- scheduler processes: a hook that adds the tree cache's tier counters to `get_internal_state`; where the
+  `tiered` backend is built, a thread that returns freed heap memory to the system (heap_trim);
 - the HTTP (main) process: the `cache_control` middleware and `GET /tiers/stats` (request_api).
 """
 
@@ -88,4 +89,7 @@ def build_tree_cache(ctx):
                                    stats_tenants=config.stats_tenants, tuning=config.tuning(),
                                    enable_metrics=bool(ctx.server_args.enable_metrics))
     logger.info("tiered cache: %s with policy %s", type(cache).__name__, config.policy)
+    from sglang_ext import heap_trim
+
+    heap_trim.start_from_env()  # this scheduler gives freed heap back every 30 s (heap_trim.py)
     return cache
