@@ -7,7 +7,9 @@ and trailing shape. With `SGLANG_EXT_TRACEMALLOC=1` it also traces Python alloca
 whose allocations grew most (slow: a traced server takes minutes to start on a busy machine). The file is
 rewritten each time, so it holds the latest comparison (a server stopped with SIGKILL leaves its last one).
 Native allocations (oneDNN caches, malloc arenas) show in neither: a process whose RSS grows while both stay
-flat grows outside Python objects and tensors.
+flat grows outside Python objects and tensors. `SGLANG_EXT_MALLOC_TRIM_PROBE=1` replaces the census by a line
+per interval in `DIR/<title>-<pid>-trim.txt`: RSS before and after `malloc_trim(0)` (freed heap that glibc kept
+resident comes back; live native memory stays).
 
 For investigations only, never in a measured run.
 """
@@ -87,9 +89,11 @@ def _rss() -> int:
 def _trim_loop(out: Path, interval_s: float) -> None:
     """Free-but-unreturned heap memory: RSS before and after glibc's malloc_trim(0), appended each interval.
     What trim gives back is fragmentation (freed, still resident); what stays is live native memory."""
-    import ctypes
+    from sglang_ext.heap_trim import libc_trim
 
-    trim = ctypes.CDLL("libc.so.6").malloc_trim
+    trim = libc_trim()
+    if trim is None:
+        return
     path = out / f"{_title()}-{os.getpid()}-trim.txt"
     t0 = time.monotonic()
     while True:
