@@ -2,7 +2,7 @@
 
 Why: a scheduler on CPU allocates and frees tensors of every batch shape through glibc malloc. Freed chunks in
 the middle of a heap stay resident (only the top of a heap is returned on free), so the process's RSS climbs
-with traffic although its live memory barely grows. Measured in a 420-s soak (RESULTS.md, "Memory over time"):
+with traffic although its live memory barely grows. Measured in a 420-s soak (benchmarks/RESULTS.md, "Memory over time"):
 each `malloc_trim(0)` every 30 s gave back 60-90 MiB of the scheduler's RSS in 12-18 ms, and what stayed
 flattened within minutes. `malloc_trim(0)` walks every arena and returns whole free pages inside them
 (madvise); allocator settings did not help (soaks side by side with `MALLOC_MMAP_THRESHOLD_` and
