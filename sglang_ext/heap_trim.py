@@ -2,16 +2,16 @@
 
 Why: a scheduler on CPU allocates and frees tensors of every batch shape through glibc malloc. Freed chunks in
 the middle of a heap stay resident (only the top of a heap is returned on free), so the process's RSS climbs
-with traffic although its live memory barely grows. Measured in a 420-s soak (benchmarks/RESULTS.md, "Memory over time"):
-each `malloc_trim(0)` every 30 s gave back 60-90 MiB of the scheduler's RSS in 12-18 ms, and what stayed
-flattened within minutes. `malloc_trim(0)` walks every arena and returns whole free pages inside them
+with traffic although its live memory barely grows. Measured in a 420-s soak (benchmarks/RESULTS.md, "Memory
+over time"): each `malloc_trim(0)` every 30 s gave back 60-90 MiB of the scheduler's RSS in 12-18 ms, and what
+stayed flattened within minutes. `malloc_trim(0)` walks every arena and returns whole free pages inside them
 (madvise); allocator settings did not help (soaks side by side with `MALLOC_MMAP_THRESHOLD_` and
 `MALLOC_TRIM_THRESHOLD_` fixed, or with `MALLOC_ARENA_MAX=2`, grew as fast as the default).
 
 The trimmer is one daemon thread in each scheduler process that builds the `tiered` backend (plugin.py; a
-stock server is left as it is); off with `SGLANG_EXT_MALLOC_TRIM_S=0`, and a no-op where the C library has no `malloc_trim` (not
-glibc). Each call holds one arena's lock at a time, so an allocating thread can wait for it: milliseconds
-every interval. Never raises.
+stock server is left as it is); off with `SGLANG_EXT_MALLOC_TRIM_S=0`, and a no-op where the C library has no
+`malloc_trim` (not glibc). Each call holds one arena's lock at a time, so an allocating thread can wait for
+it: milliseconds every interval. Never raises.
 """
 
 from __future__ import annotations
