@@ -160,14 +160,15 @@ class _Tally:
     finals: List[Tuple[dict, dict, int]] = field(default_factory=list)  # (body, _comparable answer, weights revision)
 
     def error(self, msg: str) -> None:
-        with self.lock:
-            if len(self.errors) < 20:
-                self.errors.append(msg)
+        self._keep(self.errors, msg)
 
     def note(self, msg: str) -> None:
+        self._keep(self.notes, msg)
+
+    def _keep(self, messages: List[str], msg: str) -> None:
         with self.lock:
-            if len(self.notes) < 20:
-                self.notes.append(msg)
+            if len(messages) < 20:  # the first few say what went wrong; the counters say how often
+                messages.append(msg)
 
 
 def _ask(server: Server, body: dict) -> Tuple[int, object]:

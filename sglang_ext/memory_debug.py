@@ -45,7 +45,7 @@ def install_from_env() -> None:
         if os.environ.get(ENV_TRACEMALLOC) == "1":
             tracemalloc.start(FRAMES)
         loop = _trim_loop if os.environ.get(ENV_TRIM_PROBE) == "1" else _dump_loop
-        thread = threading.Thread(target=loop, args=(Path(out), interval), name="tracemalloc-dump",
+        thread = threading.Thread(target=loop, args=(Path(out), interval), name="sglang_ext-memory-debug",
                                   daemon=True)
         thread.start()
     except Exception:  # a debug aid must not stop a server
