@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -25,10 +26,28 @@ PEER_START_DEADLINE_S = 60.0
 REQUEST_DEADLINE_S = 120.0
 
 
+def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    try:
+        return int(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, below the kernel's ephemeral range. Why below: a server binds its port tens of seconds
+    after it is chosen (after loading the model), and meanwhile every outgoing connection on the machine takes
+    a port from the ephemeral range; a soak makes thousands, and one took a chosen port (the server then
+    failed to bind and never became healthy)."""
+    low, high = 10000, _ephemeral_low() - 1
+    for _ in range(100):
+        port = random.randint(low, high) if high > low else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 @dataclass
@@ -37,6 +56,14 @@ class Server:
     proc: subprocess.Popen
     log_path: Path
     admin_key: Optional[str] = None  # sent as a bearer token on `get` (SGLang's --admin-api-key)
+    stopped: bool = False  # set by `stop` on a running server: an exit without it is a crash
+
+    def crash(self) -> Optional[str]:
+        """None while the server runs or after `stop`; else its exit code and the last lines of its log."""
+        code = self.proc.poll()
+        if self.stopped or code is None:
+            return None
+        return f"{self.log_path.name} exited by itself with code {code}; its log ends:\n{self.log_tail(40)}"
 
     def log_tail(self, n: int = 60) -> str:
         try:
@@ -82,6 +109,7 @@ class Server:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
+            self.stopped = True
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
                 self.proc.wait(timeout=30)
@@ -121,33 +149,52 @@ def stock_env(env: dict, stock_plugins: str, cuda: bool) -> dict:
     return out
 
 
+class _PortTaken(RuntimeError):
+    """The server's HTTP port was taken before it could bind it."""
+
+
+BIND_FAILED = "error while attempting to bind on address"  # uvicorn's line; the process then hangs, unhealthy
+START_ATTEMPTS = 3
+
+
 def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str = "tiered",
                  env: Optional[dict] = None, model_path: Optional[str] = None,
                  admin_key: Optional[str] = None, stock_plugins: str = "none") -> Server:
     """Start a server and wait until /health answers; `kind` is "tiered" (the project) or "stock" (SGLang).
     `admin_key`: started with `--admin-api-key`, and the returned Server sends it on `get`.
     `stock_plugins`: SGLANG_PLUGINS of a stock server ("none": none of ours; "tiered_kv": our plugin, for its
-    CPU HiCache seams, while the tree cache stays SGLang's own)."""
-    port = free_port()
+    CPU HiCache seams, while the tree cache stays SGLang's own). A port taken before the server bound it
+    means another try on another port."""
     if admin_key:
         args = [*args, "--admin-api-key", admin_key]
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}-{port}.log"
     if kind == "tiered":
         cmd = [sys.executable, "-m", "sglang_ext.launch_server", *args]
     elif kind == "stock":
         cmd = [sys.executable, "-m", "sglang.launch_server", *stock_args(model_path), *args]
     else:
         raise ValueError(f"kind must be 'tiered' or 'stock', got {kind!r}")
-    cmd += ["--host", "127.0.0.1", "--port", str(port)]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     if kind == "stock":
         from sglang_ext.launch_server import cuda_available
 
         full_env = stock_env(full_env, stock_plugins, cuda_available())
+    tries_left = START_ATTEMPTS
+    while True:
+        try:
+            return _start_on_a_port(cmd, full_env, log_dir, name, admin_key)
+        except _PortTaken:
+            tries_left -= 1
+            if not tries_left:
+                raise
+
+
+def _start_on_a_port(cmd: List[str], env: dict, log_dir: Path, name: str, admin_key: Optional[str]) -> Server:
+    port = free_port()
+    log_path = log_dir / f"{name}-{port}.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True)
+        proc = subprocess.Popen([*cmd, "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = Server(f"http://127.0.0.1:{port}", proc, log_path, admin_key)
     deadline = time.monotonic() + START_DEADLINE_S
     while time.monotonic() < deadline:
@@ -159,6 +206,9 @@ def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str
                     return server
         except OSError:
             pass
+        if BIND_FAILED in server.log_tail(200):
+            server.stop()
+            raise _PortTaken(f"{name}: port {port} was taken")
         time.sleep(0.5)  # polling a process we do not control, bounded by the deadline above
     server.stop()
     raise RuntimeError(f"{name} not healthy within {START_DEADLINE_S:.0f}s:\n{server.log_tail()}")

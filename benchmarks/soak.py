@@ -493,6 +493,7 @@ def run_soak(cfg: SoakConfig) -> SoakResult:
             sampler.stop()
         locks, stats = _final_state(server, tally)
         verifier(target.revision)
+        tally.errors[:0] = [c for c in (s.crash() for s in fleet.servers) if c]  # first: they explain the rest
         return _result(tally, injector, verifier, locks, stats, _peer_slots(fleet.peer), sampler.samples(),
                        duration, warm_rss, tree_rss(server.proc.pid))
     finally:
