@@ -228,6 +228,7 @@ class PeerProcess:
     def start(self) -> "PeerProcess":
         """Start, or restart on the same port; a fresh log per start, so readiness is this start's line."""
         self.starts += 1
+        self.port = self.port or free_port()  # not the kernel's pick: a restart would race outgoing connections
         log = self.log_dir / f"peer-{self.starts}.log"
         cmd = [sys.executable, "-m", "sglang_ext.peer_server", "--host", "127.0.0.1", "--port", str(self.port),
                "--capacity-gb", str(self.capacity_gb)]
