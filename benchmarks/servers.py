@@ -150,10 +150,12 @@ def stock_env(env: dict, stock_plugins: str, cuda: bool) -> dict:
 
 
 class _PortTaken(RuntimeError):
-    """The server's HTTP port was taken before it could bind it."""
+    """A port chosen for the server (HTTP or torch.distributed's) was taken before the server bound it."""
 
 
-BIND_FAILED = "error while attempting to bind on address"  # uvicorn's line; the process then hangs, unhealthy
+# what the log shows when a chosen port was taken: uvicorn's line (the process then hangs, unhealthy), and
+# torch.distributed's TCPStore failing on the NCCL port (the process then exits)
+PORT_TAKEN_LINES = ("error while attempting to bind on address", "EADDRINUSE")
 START_ATTEMPTS = 3
 
 
@@ -191,27 +193,35 @@ def start_server(args: List[str], log_dir: Path, name: str = "server", kind: str
 
 def _start_on_a_port(cmd: List[str], env: dict, log_dir: Path, name: str, admin_key: Optional[str]) -> Server:
     port = free_port()
+    # SGLang's own pick for the NCCL (TCPStore) port is the kernel's, in the ephemeral range, bound seconds
+    # later: two servers starting at once, or any outgoing connection, can take it first (seen in CI)
+    ports = ["--port", str(port)] if "--nccl-port" in cmd else ["--port", str(port), "--nccl-port", str(free_port())]
     log_path = log_dir / f"{name}-{port}.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([*cmd, "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, stdout=log,
+        proc = subprocess.Popen([*cmd, "--host", "127.0.0.1", *ports], cwd=ROOT, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = Server(f"http://127.0.0.1:{port}", proc, log_path, admin_key)
     deadline = time.monotonic() + START_DEADLINE_S
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{server.log_tail()}")
-        try:
-            with urllib.request.urlopen(server.url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return server
-        except OSError:
-            pass
-        if BIND_FAILED in server.log_tail(200):
+        exited = proc.poll() is not None
+        if not exited and _healthy(server):
+            return server
+        if any(line in server.log_tail(200) for line in PORT_TAKEN_LINES):
             server.stop()
-            raise _PortTaken(f"{name}: port {port} was taken")
+            raise _PortTaken(f"{name}: a port it was given ({' '.join(ports)}) was taken")
+        if exited:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{server.log_tail()}")
         time.sleep(0.5)  # polling a process we do not control, bounded by the deadline above
     server.stop()
     raise RuntimeError(f"{name} not healthy within {START_DEADLINE_S:.0f}s:\n{server.log_tail()}")
+
+
+def _healthy(server: Server) -> bool:
+    try:
+        with urllib.request.urlopen(server.url + "/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
 
 
 class PeerProcess:

@@ -2,6 +2,7 @@
 plugins only; ports come from outside the range outgoing connections take, and a port taken anyway means another
 try; a run tells a server that died by itself from one it stopped."""
 
+import ast
 import socket
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 from benchmarks import servers
-from benchmarks.servers import BIND_FAILED, Server, free_port, stock_env
+from benchmarks.servers import PORT_TAKEN_LINES, Server, free_port, stock_env
 from sglang_ext.launch_server import CPU_ENV_DEFAULTS
 
 
@@ -62,10 +63,21 @@ def test_a_chosen_port_is_free_and_below_the_ephemeral_range():
 
 def test_a_server_that_could_not_bind_its_port_is_stopped_and_reported(tmp_path):
     """uvicorn logs the bind failure and the process hangs on: without the check, a 300-s wait for health."""
-    hang = f"print({BIND_FAILED!r} + ' (127.0.0.1, 1): address already in use', flush=True); " \
+    hang = f"print({PORT_TAKEN_LINES[0]!r} + ' (127.0.0.1, 1): address already in use', flush=True); " \
            "import time; time.sleep(120)"
     with pytest.raises(servers._PortTaken):
         servers._start_on_a_port([sys.executable, "-c", hang], {}, tmp_path, "s", None)
+
+
+def test_a_server_whose_nccl_port_was_taken_is_another_try_not_a_failure(tmp_path):
+    """torch.distributed's TCPStore fails on a taken NCCL port and the server exits (seen in CI, two replicas
+    starting at once); it is given its NCCL port from below the ephemeral range, like its HTTP port."""
+    args = "import sys; print(sys.argv[1:], flush=True); "
+    exits = args + "print('DistNetworkError: ... code: -98, name: EADDRINUSE', flush=True); raise SystemExit(1)"
+    with pytest.raises(servers._PortTaken):
+        servers._start_on_a_port([sys.executable, "-c", exits], {}, tmp_path, "s", None)
+    given = ast.literal_eval(next(tmp_path.glob("s-*.log")).read_text().splitlines()[0])
+    assert 10000 <= int(given[given.index("--nccl-port") + 1]) < servers._ephemeral_low()
 
 
 def test_a_taken_port_means_another_try_up_to_a_bound(tmp_path, monkeypatch):
