@@ -162,18 +162,3 @@ def test_both_hashing_plans_verify_every_page_and_miss_only_the_corrupt_one(peer
     assert [s is not None for s in sums] == [True] * 6 + [False] + [True] * 5
     assert all(dst.bytes_of(i) == src.bytes_of(i) for i in range(12) if i != 6)
     assert all(s == page_checksum(scoped_key("ns", k), p) for s, k, p in zip(sums, keys(12), src.pages) if s)
-
-
-def test_the_caller_hashes_alone_on_a_saturated_machine(monkeypatch):
-    from tiers.peer import overlap
-
-    def no_pool():
-        raise AssertionError("the hashing pool was used")
-
-    monkeypatch.setattr(overlap, "_hash_pool", no_pool)
-    moved, runs = [], [[0, 1], [2], [3, 4]]
-    for hash_first in (False, True):
-        sums = overlap.move_and_hash(runs, moved.append, lambda i: f"c{i}", deadline=float("inf"),
-                                     hash_first=hash_first, threads=False)
-        assert sums == [["c0", "c1"], ["c2"], ["c3", "c4"]]
-    assert moved == runs + runs
