@@ -17,6 +17,8 @@ import hashlib
 import logging
 from typing import Optional, Tuple
 
+from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
 from sglang_ext.request_api import TTL_PARAM
 from sglang_ext.tier_signals import COUNTS as SIGNAL_COUNTS, PEER_COUNTS, ServingSignals, SignalingRecorder, observe
 from sglang_ext.tiered_cache import TieredRadixCache
@@ -39,6 +41,15 @@ def request_ttl_s(req) -> Tuple[Optional[float], bool]:
         return validate_ttl_s(params[TTL_PARAM]), False
     except (ValueError, TypeError):
         return None, True
+
+
+def refused_on_arrival(req) -> bool:
+    """Whether SGLang's scheduler refused the request as invalid (`Req.set_finish_with_abort`: an unknown
+    session, a prompt too long, ...): its client gets a 4xx, and the prompt was replaced by one dummy token
+    that is prefilled only to finish the request. Aborts without a 4xx (a client that went away) are not."""
+    reason = getattr(req, "finished_reason", None)
+    code = getattr(reason, "status_code", None)
+    return isinstance(reason, FINISH_ABORT) and isinstance(code, int) and 400 <= code < 500
 
 
 def tenant_label(salt: Optional[str]) -> str:
@@ -138,6 +149,12 @@ class ServedRequests:
             self._cache_calls -= 1
 
     def cache_finished_req(self, req, *args, **kwargs):
+        if refused_on_arrival(req):  # a 4xx changes no state: its dummy token's KV is freed, nothing counted
+            if args:
+                args = (False,) + args[1:]
+            else:
+                kwargs["is_insert"] = False
+            return super().cache_finished_req(req, *args, **kwargs)
         self._request_ttl_s = self._take_request_ttl(req)
         self._count_hits(req)
         self._cache_calls += 1

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sglang_ext.request_api import TTL_PARAM, rewrite
 from sglang_ext.request_checks import MAX_FANOUT, MAX_SAMPLES, ModelLimits
-from sglang_ext.serving_cache import ServedRequests, request_ttl_s
+from sglang_ext.serving_cache import ServedRequests, refused_on_arrival, request_ttl_s
 from tiers.retention import MAX_TTL_S
 
 ROUTES = ["/generate", "/v1/chat/completions", "/v1/completions"]
@@ -208,3 +208,16 @@ def test_the_lock_summary_reads_any_tree_without_raising():
 
     assert tree_lock_summary(tree(lock_ref=1)) == {"locked_nodes": 1, "locked_tokens": 3, "protected_size": 3}
     assert tree_lock_summary(tree()) == {}
+
+
+def test_only_a_request_the_scheduler_refused_as_invalid_counts_as_refused_on_arrival():
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_LENGTH
+
+    def req(reason):
+        return SimpleNamespace(finished_reason=reason)
+
+    assert refused_on_arrival(req(FINISH_ABORT("Invalid request: session id 0 does not exist", 400)))
+    assert not refused_on_arrival(req(FINISH_ABORT()))  # a client that went away: its KV is real, keep it
+    assert not refused_on_arrival(req(FINISH_ABORT("internal", 500)))
+    assert not refused_on_arrival(req(FINISH_LENGTH(4)))
+    assert not refused_on_arrival(req(None))
