@@ -158,13 +158,14 @@ def test_internal_keys_junk_and_huge_bodies_never_reach_the_scheduler(fuzzed, ro
     before = settled_stats(fuzzed)
     status, answer = fuzzed.post_status(route, raw, timeout=ANSWER_DEADLINE_S, method=method or "POST")
     assert status == 200 or 400 <= status < 500, f"{status} for {raw[:300]!r}: {answer}"
+    if status != 200:
+        assert message_of(answer), f"{status} without a message for {raw[:300]!r}: {answer}"
+        assert stats_now(fuzzed) == before, f"a {status} changed /tiers/stats: {raw[:300]!r}"
     alive, _ = fuzzed.post_status("/generate", {"text": "still there", "sampling_params": {"max_new_tokens": 1}},
                                   timeout=ANSWER_DEADLINE_S)
     assert alive == 200, f"the server stopped answering after {raw[:300]!r}"
     after = settled_stats(fuzzed)
     assert retains(after) == retains(before), f"a request without cache_control retained: {raw[:300]!r}"
-    if status != 200:
-        assert message_of(answer), f"{status} without a message for {raw[:300]!r}: {answer}"
 
 
 def test_the_reported_crash_request_is_served_and_sets_no_ttl(fuzzed):
@@ -177,3 +178,15 @@ def test_the_reported_crash_request_is_served_and_sets_no_ttl(fuzzed):
         "max_new_tokens": 1}}, timeout=ANSWER_DEADLINE_S)
     assert status == 200
     assert retains(settled_stats(fuzzed)) == retains(before)
+
+
+def test_a_request_the_scheduler_refuses_caches_and_counts_nothing(fuzzed):
+    """SGLang refuses an unknown session in the scheduler (a 400), after prefilling one dummy token in the
+    prompt's place; stock SGLang then inserts that token into the tree. Ours frees it: twice, the same stats."""
+    body = {"text": "no such session", "session_params": {"id": "no-such-session"},
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+    before = settled_stats(fuzzed)
+    for _ in range(2):
+        status, answer = fuzzed.post_status("/generate", body, timeout=ANSWER_DEADLINE_S)
+        assert status == 400 and "does not exist" in message_of(answer), answer
+        assert settled_stats(fuzzed) == before
