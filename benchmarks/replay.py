@@ -83,17 +83,11 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
     from tiers.clock import ManualClock
 
     bt = trace.block_tokens
-    if cfg.capacity_tokens < bt:
-        raise ValueError(f"capacity_tokens {cfg.capacity_tokens} is below one block ({bt} tokens)")
-    if cfg.radix_tokens_per_block < 1:
-        raise ValueError(f"radix_tokens_per_block must be >= 1, got {cfg.radix_tokens_per_block}")
+    _check(cfg, bt)
     reqs = trace.requests
     clock = ManualClock(reqs[0].time_s if reqs else 0.0)
     specs = [TierSpec(n, t // bt) for n, t in (("host", cfg.host_tokens), ("peer", cfg.peer_tokens)) if t > 0]
     lower = LowerTiers(specs, policy=cfg.lower_policy, clock=clock, block_tokens=bt)
-    kv_bytes = cfg.profile.kv_bytes_per_token if cfg.profile else DEFAULT_KV_BYTES_PER_TOKEN
-
-    device_hit_tokens = block_hits = 0
     uses_radix = cfg.policy not in REFERENCE_ENGINES
     # with a host tier, a radix policy runs the host-tier cache class the server runs (benchmarks.host_engine)
     host_engine = uses_radix and cfg.host_tokens > 0
@@ -104,25 +98,51 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
             engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config,
                                  cfg.radix_tokens_per_block, cfg.output_tokens, cfg.prefill_chunk_tokens,
                                  tuning_at(cfg.shadow_rate))
-        t_start = time.perf_counter()  # after the engine is built: SGLang's import is not replay time
-        for req in _progress(reqs, cfg):
-            clock.set(max(clock.now(), req.time_s))
-            if req.ttl_s is None and req.session is not None and cfg.session_ttl_s is not None:
-                req = _with_ttl(req, cfg.session_ttl_s)
-            access = engine.access(req)
-            block_hits += access.hit_blocks
-            device_hit_tokens += req.hit_tokens(access.hit_blocks, bt)
-            if specs:
-                sizes = [req.block_size(i, bt) for i in range(len(req.blocks))]
-                found = lower.lookup(req.blocks, access.hit_blocks, sizes)
-                block_hits += sum(found.values())
-                lower.demote(access.evicted)
-                lower.demote(access.declined)
-    elapsed = time.perf_counter() - t_start
-    stats = engine.stats()
+        served = _serve(engine, lower if specs else None, reqs, cfg, clock, bt)
+    return _result(trace, cfg, engine, lower, served, host_engine)
 
+
+def _check(cfg: ReplayConfig, block_tokens: int) -> None:
+    if cfg.capacity_tokens < block_tokens:
+        raise ValueError(f"capacity_tokens {cfg.capacity_tokens} is below one block ({block_tokens} tokens)")
+    if cfg.radix_tokens_per_block < 1:
+        raise ValueError(f"radix_tokens_per_block must be >= 1, got {cfg.radix_tokens_per_block}")
+
+
+@dataclass(frozen=True)
+class _Served:
+    device_hit_tokens: int
+    block_hits: int
+    seconds: float
+
+
+def _serve(engine, lower: Optional[LowerTiers], reqs, cfg: ReplayConfig, clock, bt: int) -> _Served:
+    """Every request in trace order: the device engine, then the lower tiers (if any) for what it missed."""
+    device_hit_tokens = block_hits = 0
+    t_start = time.perf_counter()  # after the engine is built: SGLang's import is not replay time
+    for req in _progress(reqs, cfg):
+        clock.set(max(clock.now(), req.time_s))
+        if req.ttl_s is None and req.session is not None and cfg.session_ttl_s is not None:
+            req = _with_ttl(req, cfg.session_ttl_s)
+        access = engine.access(req)
+        block_hits += access.hit_blocks
+        device_hit_tokens += req.hit_tokens(access.hit_blocks, bt)
+        if lower is not None:
+            sizes = [req.block_size(i, bt) for i in range(len(req.blocks))]
+            found = lower.lookup(req.blocks, access.hit_blocks, sizes)
+            block_hits += sum(found.values())
+            lower.demote(access.evicted)
+            lower.demote(access.declined)
+    return _Served(device_hit_tokens, block_hits, time.perf_counter() - t_start)
+
+
+def _result(trace: Trace, cfg: ReplayConfig, engine, lower: LowerTiers, served: _Served,
+            host_engine: bool) -> ReplayResult:
+    stats = engine.stats()
+    reqs, bt = trace.requests, trace.block_tokens
+    kv_bytes = cfg.profile.kv_bytes_per_token if cfg.profile else DEFAULT_KV_BYTES_PER_TOKEN
     total = trace.total_input_tokens
-    hit_tokens = {"device": device_hit_tokens}
+    hit_tokens = {"device": served.device_hit_tokens}
     hit_tokens.update({n: c.hit_tokens for n, c in lower.counters.items()})
     saved = sum(hit_tokens.values())
     bytes_moved = {
@@ -138,7 +158,7 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
         requests=len(reqs),
         input_tokens=total,
         token_hit_rate=saved / total if total else 0.0,
-        block_hits=block_hits,
+        block_hits=served.block_hits,
         hit_rate_by_tier={n: (v / total if total else 0.0) for n, v in hit_tokens.items()},
         hit_tokens_by_tier=hit_tokens,
         prefill_tokens_saved=saved,
@@ -147,25 +167,29 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
         evicted_blocks=stats.evicted_blocks,
         admissions_rejected=stats.admissions_rejected + sum(c.rejected_blocks for c in lower.counters.values()),
         policy_ns_per_request=stats.policy_ns / len(reqs) if reqs else 0.0,
-        replay_seconds=elapsed,
+        replay_seconds=served.seconds,
         kv_bytes_per_token=kv_bytes,
         profile=cfg.profile.name if cfg.profile else None,
         prefill_seconds_saved=sum(by_tier_s.values()) if by_tier_s else None,
         prefill_seconds_saved_by_tier=by_tier_s,
-        config={
-            "host_tokens": cfg.host_tokens,
-            "peer_tokens": cfg.peer_tokens,
-            "lower_policy": cfg.lower_policy,
-            "session_ttl_s": cfg.session_ttl_s,
-            "stock": cfg.policy in STOCK_POLICIES,
-            "radix_tokens_per_block": cfg.radix_tokens_per_block,
-            "output_tokens": cfg.output_tokens,
-            "prefill_chunk_tokens": cfg.prefill_chunk_tokens,
-            "shadow_rate": cfg.shadow_rate,
-            "host_tier": engine.name if host_engine else ("victim-cache model" if cfg.host_tokens > 0 else None),
-        },
+        config=_config(cfg, engine.name if host_engine else ("victim-cache model" if cfg.host_tokens > 0 else None)),
         tuning=getattr(stats, "tuning", None),
     )
+
+
+def _config(cfg: ReplayConfig, host_tier: Optional[str]) -> Dict[str, object]:
+    return {
+        "host_tokens": cfg.host_tokens,
+        "peer_tokens": cfg.peer_tokens,
+        "lower_policy": cfg.lower_policy,
+        "session_ttl_s": cfg.session_ttl_s,
+        "stock": cfg.policy in STOCK_POLICIES,
+        "radix_tokens_per_block": cfg.radix_tokens_per_block,
+        "output_tokens": cfg.output_tokens,
+        "prefill_chunk_tokens": cfg.prefill_chunk_tokens,
+        "shadow_rate": cfg.shadow_rate,
+        "host_tier": host_tier,
+    }
 
 
 def _with_ttl(req, ttl_s):
