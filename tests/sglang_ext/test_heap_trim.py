@@ -1,5 +1,7 @@
 """heap_trim: the interval from the environment, the loop's calls, and glibc's malloc_trim found here."""
 
+import threading
+
 import pytest
 
 from sglang_ext import heap_trim
@@ -34,3 +36,18 @@ def test_glibc_malloc_trim_is_found_and_callable():
     trim = heap_trim.libc_trim()
     assert trim is not None  # this project's machines run glibc
     assert trim(0) in (0, 1)  # 1: memory was given back, 0: none could be
+
+
+@pytest.mark.parametrize("raw, loops", [("12", 1), ("0", 0)])
+def test_a_process_starts_one_trimmer_at_most_and_none_when_off(monkeypatch, raw, loops):
+    started, fake_trim = [], lambda pad: 1
+    monkeypatch.setattr(heap_trim, "_started", False)
+    monkeypatch.setenv(heap_trim.ENV_INTERVAL, raw)
+    monkeypatch.setattr(heap_trim, "libc_trim", lambda: fake_trim)
+    monkeypatch.setattr(heap_trim, "trim_loop", lambda trim, interval, stop: started.append((trim, interval)))
+    for _ in range(3):  # every scheduler build in the process calls it
+        heap_trim.start_from_env()
+    for t in threading.enumerate():
+        if t.name == "sglang_ext-heap-trim":
+            t.join(10)  # the stand-in loop returns at once: every trimmer started has run by now
+    assert started == [(fake_trim, 12.0)] * loops
