@@ -1,4 +1,4 @@
-"""The peer block server runs on a host that only lends DRAM: numpy, xxhash and nixl, no sglang, no torch."""
+"""The peer block server runs on a host that only lends DRAM: numpy, xxhash, psutil and nixl, no sglang, no torch."""
 
 import subprocess
 import sys

@@ -4,8 +4,8 @@
 
 Modules: `protocol` (constants, keys, checksums), `store` (PageStore: index, slots, eviction), `server`
 (PeerServer and the command line), `client` (PeerClient), `overlap` (checksums computed while the next
-chunk of pages moves). None imports sglang or torch: a DRAM host runs the peer with numpy, nixl and xxhash
-alone.
+chunk of pages moves). None imports sglang or torch: a DRAM host runs the peer with numpy, nixl, xxhash
+and psutil alone.
 
 Design
 - The pool is one registered byte array cut into fixed-size slots, one page per slot. The slot size is
