@@ -30,7 +30,7 @@ from typing import Callable, List, NamedTuple
 
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
-from sglang.srt.mem_cache.radix_cache import RadixCache
+from sglang.srt.mem_cache.radix_cache import RadixCache, TreeNode
 
 # HiRadixCache does not load a host prefix shorter than this many server tokens (its load_back_threshold)
 SGLANG_LOAD_BACK_THRESHOLD = 10
@@ -206,7 +206,14 @@ def simulated_hicache(cls: type, device_tokens: int, host_tokens: int, *,
                              token_to_kv_pool_allocator=CountingPool(device_tokens), page_size=1,
                              eviction_policy=eviction_policy, eviction_policy_config=eviction_policy_config)
     sim = SimulatedHost(host_tokens, write_policy, load_back_threshold, record_host_evictions)
-    return simulated_class(cls)(params, sim, **kwargs)
+    # HiRadixCache's constructor (its reset) restarts SGLang's node counter, which every tree in the process
+    # shares; a shadow built while the live tree serves would hand the live tree's ids out again, and the live
+    # tree keys its copies in flight by node id (`ongoing_load_back`: two nodes, one id, a KeyError at the ack).
+    counter = TreeNode.counter
+    try:
+        return simulated_class(cls)(params, sim, **kwargs)
+    finally:
+        TreeNode.counter = max(counter, TreeNode.counter)
 
 
 class Served(NamedTuple):

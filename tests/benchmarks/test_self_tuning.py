@@ -184,3 +184,28 @@ def test_the_replay_with_a_host_tier_runs_the_tuner_and_reports_it():
     assert r.config["host_tier"] == "TieredHiRadixCache"
     assert r.tuning["sampled_requests"] > 0 and set(r.tuning["shadow_hit_rates"]) == {s.name for s in DEFAULT_SETTINGS}
     assert replay(trace, ReplayConfig("tinylfu", 200_000, host_tokens=400_000, shadow_rate=0)).tuning is None
+
+
+def _node_ids(cache) -> list:
+    ids, stack = [], [cache.root_node]
+    while stack:
+        node = stack.pop()
+        ids.append(node.id)
+        stack.extend(node.children.values())
+    return ids
+
+
+def test_shadows_built_mid_serving_leave_the_live_trees_node_ids_unique():
+    """HiRadixCache's constructor restarts SGLang's process-wide node counter, and the tuner builds its host-tier
+    shadows after warm-up, while the live tree is serving. Node ids key the tree's copies in flight
+    (`ongoing_load_back`, `ongoing_write_through`): two live nodes with one id lose one of the copies' locks, and
+    the second acknowledgement raises KeyError in the scheduler (loading_check)."""
+    live = simulated_hicache(TieredHiRadixCache, 1200, 2400, tuning=TuningConfig(warmup_requests=8), strict=True)
+    served, rng = _HostTierShadow(live), random.Random(0)
+    for i in range(24):
+        served.request((RadixKey(array("q", [rng.randrange(100, 30000) for _ in range(40)])), 0, None))
+        if i == 6:
+            assert live.tuner.shadows == ()  # the eighth request builds them
+    assert live.tuner.shadows  # built while the live tree held nodes
+    ids = _node_ids(live)
+    assert len(ids) > 24 and len(set(ids)) == len(ids)
