@@ -18,6 +18,7 @@ from tiers.shadow import TuningConfig, tuning_at
 
 ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
 MAX_PREFETCH_THRESHOLD = 1 << 20  # tokens: longer than any context, so "never ask the peer tier" is expressible
+MAX_PEER_TIMEOUT_S = 60.0  # a peer slower than this is no tier: recomputing the prefix is faster
 
 
 def parse_peers(spec) -> List[Tuple[str, int]]:
@@ -71,6 +72,8 @@ class TierConfig:
     stats_tenants: bool = False  # per-tenant occupancy in /tiers/stats: only when the operator asks
     # HiCache asks the peer tier only for a prefix whose part beyond device and host memory is at least this long
     peer_prefetch_threshold: int = 256  # tokens (SGLang's storage `prefetch_threshold`, same default)
+    # the one deadline of each peer-tier call HiCache makes (lookups, reads, writes); past it the call is a miss
+    peer_timeout_s: float = 2.0
     # least share of prefix chains the self-tuner's shadow caches see (tiers.shadow); 0: no self-tuning
     shadow_rate: float = TuningConfig.sample_rate
 
@@ -96,6 +99,10 @@ class TierConfig:
                 or not 1 <= self.peer_prefetch_threshold <= MAX_PREFETCH_THRESHOLD):
             raise TierConfigError(f"--tier-peer-prefetch-threshold: want a whole number of tokens in 1.."
                                   f"{MAX_PREFETCH_THRESHOLD}, got {self.peer_prefetch_threshold!r}")
+        if not (isinstance(self.peer_timeout_s, (int, float)) and not isinstance(self.peer_timeout_s, bool)
+                and 0 < self.peer_timeout_s <= MAX_PEER_TIMEOUT_S):
+            raise TierConfigError(f"--tier-peer-timeout: want seconds in (0, {MAX_PEER_TIMEOUT_S:g}], got "
+                                  f"{self.peer_timeout_s!r}")
         if not 0 < self.retention_budget <= 1:
             raise TierConfigError(f"--tier-retention-budget: must be a fraction in (0, 1], got {self.retention_budget}")
         if not (isinstance(self.shadow_rate, (int, float)) and not isinstance(self.shadow_rate, bool)
@@ -120,6 +127,7 @@ class TierConfig:
         `model_revision` (tiers.keys.weights_revision) goes into every peer key's namespace."""
         extra = {"backend_name": "peer", "module_path": "sglang_ext.peer_storage", "class_name": "PeerStorage",
                  "interface_v1": 1, "peers": ",".join(self.peers), "model_revision": model_revision,
+                 "peer_timeout_s": self.peer_timeout_s,
                  "prefetch_threshold": self.peer_prefetch_threshold}  # SGLang takes this key out for itself
         return ["--hicache-storage-backend", "dynamic", "--hicache-storage-backend-extra-config", json.dumps(extra)]
 
@@ -136,6 +144,9 @@ def add_tier_args(parser: argparse.ArgumentParser) -> None:
                        metavar="TOKENS", help="look a prefix up in the peer tier only when its part beyond device "
                                               "and host memory is at least this many tokens (SGLang's storage "
                                               "prefetch_threshold)")
+    group.add_argument("--tier-peer-timeout", type=float, default=TierConfig.peer_timeout_s, metavar="SECONDS",
+                       help="deadline of each peer-tier call (a lookup, a read, a write); a call past it is a miss "
+                            "and the prefix is recomputed")
     group.add_argument("--tier-retention-budget", type=float, default=TierConfig.retention_budget,
                        metavar="FRACTION", help="fraction of each tier's capacity that retained prefixes may hold")
     group.add_argument("--tier-shadow-rate", type=float, default=TierConfig.shadow_rate, metavar="FRACTION",
@@ -155,5 +166,6 @@ def tier_config_from_args(args: argparse.Namespace) -> TierConfig:
         peers=tuple(p.strip() for p in args.tier_peers.split(",") if p.strip()),
         stats_tenants=bool(args.tier_stats_tenants),
         peer_prefetch_threshold=args.tier_peer_prefetch_threshold,
+        peer_timeout_s=args.tier_peer_timeout,
         shadow_rate=args.tier_shadow_rate,
     ).validate()

@@ -95,6 +95,12 @@ class Retention:
         self.retains = 0  # counters for metrics: retentions started or extended, refreshes on hit, expiries
         self.refreshes = 0
         self.expiries = 0
+        self._watchers: List[Tuple[Callable[[Hashable], None], Callable[[Hashable], None]]] = []
+
+    def watch(self, started: Callable[[Hashable], None], ended: Callable[[Hashable], None]) -> None:
+        """Call `started(entry)` when an entry's retention begins and `ended(entry)` when it ends (expiry,
+        release, the budget, or the entry leaving its tier); a refresh or an extension calls neither."""
+        self._watchers.append((started, ended))
 
     def __len__(self) -> int:
         self.expire()
@@ -108,13 +114,17 @@ class Retention:
         self.expire()
         if size > self.budget:
             return False
-        if entry in self._expiry:
+        new = entry not in self._expiry
+        if not new:
             self.retained_size -= self._size[entry]
         self._size[entry] = size
         self.retained_size += size
-        self._ttl[entry] = max(ttl_s, self._ttl.get(entry, 0.0)) if entry in self._expiry else ttl_s
+        self._ttl[entry] = ttl_s if new else max(ttl_s, self._ttl[entry])
         self._set_deadline(entry)
         self.retains += 1
+        if new:
+            for started, _ in self._watchers:
+                started(entry)
         while self.retained_size > self.budget:
             oldest = next(iter(self._age))
             self.release(oldest)
@@ -136,6 +146,8 @@ class Retention:
         if entry in self._expiry:
             del self._expiry[entry], self._ttl[entry], self._age[entry]
             self.retained_size -= self._size.pop(entry)
+            for _, ended in self._watchers:
+                ended(entry)
 
     def is_retained(self, entry: Hashable) -> bool:
         return entry in self._expiry and not self._expired(entry)
@@ -176,7 +188,13 @@ class Retention:
 
 
 class RetainingPolicy(Policy):
-    """Wraps any policy: retained entries become victims only after every unretained one."""
+    """Wraps any policy: retained entries become victims only after every unretained one.
+
+    A policy that can park entries (`park(entry)`, `unpark(entry)`, and `victims(..., parked=False)`, which
+    leaves parked entries out of the order it walks) is told of every retention as it starts and ends, so
+    the first victim pass does not walk past the retained entries; with a host tier the retention budget
+    can cover the whole device, and that walk was most of the policy's time. Any other policy is asked
+    `is_retained` for each entry its first pass reaches."""
 
     def __init__(self, inner: Policy, retention: Retention):
         # deliberately not calling Policy.__init__ twice over the same state: share the inner's settings
@@ -187,14 +205,20 @@ class RetainingPolicy(Policy):
         self.name = inner.name
         # the calls retention has no part in go straight to the inner policy's bound methods: they run
         # several times per request, and a forwarding frame each was a measurable share of the policy cost
-        self.on_insert = inner.on_insert
         self.record = inner.record
         self.observe = inner.observe
         self.may_admit = inner.may_admit
         self.admit = inner.admit
+        self._parks = callable(getattr(inner, "park", None))
+        if self._parks:
+            retention.watch(inner.park, inner.unpark)
+        else:  # the class's on_insert parks an entry that arrives retained
+            self.on_insert = inner.on_insert
 
-    def on_insert(self, entry, key, size, parent=None) -> None:  # the abstract method; the instance's is inner's
+    def on_insert(self, entry, key, size, parent=None) -> None:
         self.inner.on_insert(entry, key, size, parent)
+        if self._parks and self.retention.is_retained(entry):  # retained before it came to this tier
+            self.inner.park(entry)
 
     def on_access(self, entry) -> None:
         self.retention.touch(entry)
@@ -212,8 +236,11 @@ class RetainingPolicy(Policy):
         self.retention.expire()
         if not self.retention.retained_size:
             return self.inner.victims(size, protected)
-        is_ret = self.retention.is_retained
-        first = self.inner.victims(size, lambda e: protected(e) or is_ret(e))
+        if self._parks:
+            first = self.inner.victims(size, protected, parked=False)
+        else:
+            is_ret = self.retention.is_retained
+            first = self.inner.victims(size, lambda e: protected(e) or is_ret(e))
         freed = sum(self._size_of(e) for e in first)
         if freed >= size:
             return first

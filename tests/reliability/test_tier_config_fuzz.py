@@ -70,6 +70,14 @@ def good_share(text: str) -> bool:
     return 0 <= v <= 1
 
 
+def good_timeout(text: str) -> bool:
+    try:
+        v = float(text)
+    except ValueError:
+        return False
+    return 0 < v <= 60
+
+
 CASES = {
     "--tier-session-ttl": good_ttl,
     "--tier-retention-budget": good_budget,
@@ -77,6 +85,7 @@ CASES = {
     "--tier-peers": good_peers,
     "--tier-peer-prefetch-threshold": good_threshold,
     "--tier-shadow-rate": good_share,
+    "--tier-peer-timeout": good_timeout,
 }
 
 

@@ -45,3 +45,21 @@ def test_the_peer_prefetch_threshold_reaches_hicache_through_the_storage_config(
 def test_a_bad_peer_prefetch_threshold_is_refused_naming_the_flag(bad):
     with pytest.raises(TierConfigError, match="--tier-peer-prefetch-threshold"):
         TierConfig(peer_prefetch_threshold=bad).validate()
+
+
+def test_the_peer_timeout_reaches_the_peer_storage_backend():
+    """`--tier-peer-timeout` is the deadline PeerStorage gives each call: it travels in the extra config that
+    SGLang hands the backend."""
+    from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
+
+    for timeout_s in (0.5, 7.5):
+        args = TierConfig(peers=("h:5",), peer_timeout_s=timeout_s).validate().storage_args()
+        extra = args[args.index("--hicache-storage-backend-extra-config") + 1]
+        config, _, _, _ = HiRadixCache._parse_storage_backend_extra_config(None, extra)
+        assert config["peer_timeout_s"] == timeout_s
+
+
+@pytest.mark.parametrize("bad", [0, -1, 60.5, float("nan"), float("inf"), True, "2"])
+def test_a_bad_peer_timeout_is_refused_naming_the_flag(bad):
+    with pytest.raises(TierConfigError, match="--tier-peer-timeout"):
+        TierConfig(peer_timeout_s=bad).validate()

@@ -1,7 +1,10 @@
+import itertools
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from tiers.clock import ManualClock
+from tiers.policies.tinylfu import TinyLFUPolicy
 from tiers.policy import create_policy, policy_names
 from tiers.retention import Retention, RetainingPolicy, parse_cache_control, parse_ttl
 
@@ -115,3 +118,53 @@ def test_retained_entries_are_evicted_last(name):
     assert set(vs[:2]) == {2, 3} and vs[2] in (0, 1)
     clock.set(10)  # expired: ordinary again
     assert len(p.victims(4)) == 4
+
+
+class _WalksPastRetained(TinyLFUPolicy):
+    """tinylfu without parking: RetainingPolicy's first pass walks past every retained entry, as before."""
+
+    park = None
+
+
+_OPS = st.lists(st.tuples(st.sampled_from("iIarRtx"), st.integers(0, 40), st.integers(1, 6)), max_size=120)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_OPS)
+def test_parking_retained_entries_changes_no_victim_order(ops):
+    """The first pass leaves parked (retained) entries out instead of skipping them: the victims, and their
+    order, are those of the policy that walks past them, through retains, refreshes, expiries, budget
+    releases, uses and removals; and what is parked is what is retained."""
+    clock = ManualClock()
+    ret = Retention(60, clock, budget_fraction=0.5)
+    parks, walks = (RetainingPolicy(cls(60, clock=clock), ret) for cls in (TinyLFUPolicy, _WalksPastRetained))
+    assert parks._parks and not walks._parks
+    live, fresh = [], itertools.count()  # entries in insertion order; an entry's parent is an earlier one
+    for op, x, size in ops:
+        for p in (parks, walks):
+            p.record(("k", x))  # distinct ticks, so that the order has no ties
+        if op in "iI":
+            e = next(fresh)
+            if op == "I":  # retained before it comes to this tier (as on a host tier, from the device)
+                ret.retain(e, size, 5)
+            parent = live[x % len(live)] if live and x % 3 else None
+            for p in (parks, walks):
+                p.on_insert(e, ("k", e), size, parent)
+            live.append(e)
+        elif live:
+            e = live[x % len(live)]
+            if op == "a":
+                parks.on_access(e), walks.on_access(e)
+            elif op == "r":
+                ret.retain(e, size, 5)
+            elif op == "t":
+                ret.touch(e)
+            elif op == "R" and parks.inner.index.nodes[e].children == 0:
+                parks.on_remove(e), walks.on_remove(e)
+                live.remove(e)
+            elif op == "x":
+                clock.advance(size)
+        assert parks.victims(size * 4) == walks.victims(size * 4)
+        assert parks.victims(10**6) == walks.victims(10**6)  # the whole order
+        parked = {e for e, n in parks.inner.index.nodes.items() if n.parked == 1}
+        assert parked == {e for e in live if ret.is_retained(e)}

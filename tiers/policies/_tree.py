@@ -14,7 +14,7 @@ from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional,
 
 
 class _Node:
-    __slots__ = ("entry", "key", "size", "parent", "children", "tick", "count", "region", "depth")
+    __slots__ = ("entry", "key", "size", "parent", "children", "tick", "count", "region", "depth", "parked")
 
     def __init__(self, entry, key, size, parent):
         self.entry = entry
@@ -26,6 +26,7 @@ class _Node:
         self.count = 0  # per-entry use count (LFU/SLRU)
         self.region = 0
         self.depth = 1  # nodes from the root down to this one, as of its insertion
+        self.parked = 0  # a policy that parks retained entries (tiers.retention) says in which list it is
 
 
 class TreeIndex:

@@ -48,9 +48,11 @@ are in ticks (one per recorded key, i.e. per tree node a request passes), which 
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import OrderedDict
 from heapq import heapify, heappop, heapreplace
 from itertools import compress
+from operator import itemgetter
 from typing import Callable, Hashable, Iterable, List, Optional
 
 from tiers.clock import Clock
@@ -63,6 +65,12 @@ from tiers.policy import Candidate, Policy, register_policy
 _SIZE_EDGES = (8, 23, 85)
 _SIZE_EDGE_SCALE = 10_000
 ORDERS = ("learned", "recency")  # what `steer` can switch between
+_MAIN, _PARKED, _BACK = 0, 1, 2  # the list of its class an entry is in (`_Node.parked`); see park()
+_first = itemgetter(0)
+
+
+def _entries(ticks: list):
+    return map(itemgetter(1), ticks)
 
 
 @register_policy("tinylfu")
@@ -114,6 +122,11 @@ class TinyLFUPolicy(Policy):
         n_classes = self._reused0 + max_depth * self.n_gaps
         self.lifetime = 0.0  # running mean age at eviction, in ticks (0: nothing evicted yet)
         self._lists = [OrderedDict() for _ in range(n_classes)]
+        # per class, as (tick, entry) lists in tick order (entries are parked and come back out of use order):
+        # retained entries, and those whose retention ended, until their next use
+        self._parked: List[list] = [[] for _ in range(n_classes)]
+        self._back: List[list] = [[] for _ in range(n_classes)]
+        self._in = [0, 0, 0]  # entries in each kind of list (_MAIN's not kept): a victim query skips empty kinds
         self.hits = [0.0] * n_classes
         self.events = [0.0] * n_classes
         if prior_weight <= 0:
@@ -248,6 +261,12 @@ class TinyLFUPolicy(Policy):
         n = self.index.nodes.get(entry)
         if n is None:
             return
+        home = n.parked
+        if home:
+            self._leave(n)  # by its tick before this use
+            if home == _BACK:  # used again: it rejoins its class's LRU list
+                n.parked = _MAIN
+                self._lists[n.region][entry] = None
         now = self.now
         age = now - n.tick
         n.tick = now
@@ -272,14 +291,17 @@ class TinyLFUPolicy(Policy):
         self._since_decay += n.size
         if self._since_decay >= self.decay_units:
             self._decay()
-        lists = self._lists
-        del lists[old][entry]
         n.region = cls
-        lists[cls][entry] = None
+        if n.parked:
+            self._place(n)
+        else:
+            lists = self._lists
+            del lists[old][entry]
+            lists[cls][entry] = None
 
     def on_remove(self, entry) -> None:
         n = self.index.remove(entry)
-        del self._lists[n.region][entry]
+        self._leave(n)
         tick = n.tick
         age = self.now - tick
         life = self.lifetime
@@ -297,14 +319,14 @@ class TinyLFUPolicy(Policy):
         front = self.index.nodes[new_parent]
         self.gate.withdraw(front.key)
         self.events[front.region] -= 1
-        del self._lists[front.region][new_parent]
+        self._leave(front)
         front.region, front.tick, front.depth, front.count = n.region, n.tick, n.depth, n.count
-        self._lists[n.region][new_parent] = None
-        del self._lists[n.region][entry]
+        self._place(front)
+        self._leave(n)
         n.region = self._tail
         n.depth += 1
         self._open(self._tail, n.size)
-        self._lists[self._tail][entry] = None
+        self._place(n)
 
     def record(self, key) -> None:
         self.gate.record(key)
@@ -356,7 +378,46 @@ class TinyLFUPolicy(Policy):
         self._ghost(candidate.key, cls, candidate.size, now)
         return False
 
-    def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False) -> List[Hashable]:
+    # --- parking (tiers.retention.RetainingPolicy) ---
+    # An entry is in one list of its class: the LRU list (_MAIN), the parked list while retained (_PARKED),
+    # or, once its retention ends, the back list (_BACK) until its next use; the last two sorted by tick.
+    # Victim queries merge the lists by density, ties by class: the order one LRU list per class gives.
+    def park(self, entry) -> None:
+        n = self.index.nodes.get(entry)
+        if n is not None and n.parked != _PARKED:
+            self._leave(n)
+            n.parked = _PARKED
+            self._place(n)
+
+    def unpark(self, entry) -> None:
+        n = self.index.nodes.get(entry)
+        if n is not None and n.parked == _PARKED:
+            self._leave(n)
+            n.parked = _BACK
+            self._place(n)
+
+    def _place(self, n) -> None:
+        """Add `n` to its list, at the hot end (the LRU and parked lists) or at its tick (the back list)."""
+        if n.parked:
+            insort((self._parked if n.parked == _PARKED else self._back)[n.region], (n.tick, n.entry), key=_first)
+            self._in[n.parked] += 1
+        else:
+            self._lists[n.region][n.entry] = None
+
+    def _leave(self, n) -> None:
+        if n.parked:
+            ticks = (self._parked if n.parked == _PARKED else self._back)[n.region]
+            i = bisect_left(ticks, n.tick, key=_first)
+            while ticks[i][1] != n.entry:  # past the entries of the same tick
+                i += 1
+            del ticks[i]
+            self._in[n.parked] -= 1
+        else:
+            del self._lists[n.region][n.entry]
+
+    def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False,
+                parked: bool = True) -> List[Hashable]:
+        """`parked=False`: parked entries are neither offered nor walked past."""
         now = self.now
         h = self._horizon()
         hits, events, ph, pe = self._estimates()
@@ -365,35 +426,46 @@ class TinyLFUPolicy(Policy):
             c = n.region
             return (hits[c] + ph) / (events[c] + pe) / (now - n.tick + h)
 
-        return select_leaves(self.index, size, protected, self._order(now, h), rank, yields_inner=True)
+        sources = [self._lists]
+        if self._in[_BACK]:
+            sources.append(self._back)
+        if parked and self._in[_PARKED]:
+            sources.append(self._parked)
+        return select_leaves(self.index, size, protected, self._order(now, h, sources), rank, yields_inner=True)
 
-    def _order(self, now: int, h: float):
-        """(density, node), lowest first: a heap over the cold end of each class's LRU list. Only the lists
-        the selection actually reaches are walked, so a query costs O(classes) plus the victims taken."""
+    def _order(self, now: int, h: float, sources):
+        """(density, node), lowest first: a heap over the cold end of each class's LRU list in `sources`. Only
+        the lists the selection actually reaches are walked, so a query costs O(classes) plus the victims
+        taken."""
         nodes = self.index.nodes
-        lists = self._lists
+        lists, walks = [], []  # every class's list of each source; how to walk its entries in order
+        for source in sources:
+            lists.extend(source)
+            walks.extend([iter if source is self._lists else _entries] * len(source))
         hits, events, ph, pe = self._estimates()
+        n_classes = len(self._lists)
         heap = []
         append = heap.append
-        for c in compress(range(len(lists)), lists):  # the non-empty classes
-            n = nodes[next(iter(lists[c]))]
+        for i in compress(range(len(lists)), lists):  # the non-empty lists
+            n = nodes[next(walks[i](lists[i]))]
+            c = i % n_classes
             p = (hits[c] + ph) / (events[c] + pe)
-            # classes are distinct, so ties never reach the node; a list's iterator is made only once
-            # the selection takes its head
-            append((p / (now - n.tick + h), c, p, n, None))
+            # ties go by class, as with one list per class, then by list (indices are distinct, so ties never
+            # reach the node); a list's iterator is made only once the selection takes its head
+            append((p / (now - n.tick + h), c, i, p, n, None))
         heapify(heap)
         while heap:
-            r, c, p, n, it = heap[0]
+            r, c, i, p, n, it = heap[0]
             yield r, n
             if it is None:
-                it = iter(lists[c])
+                it = walks[i](lists[i])
                 next(it)
             e = next(it, None)
             if e is None:
                 heappop(heap)
             else:
                 m = nodes[e]
-                heapreplace(heap, (p / (now - m.tick + h), c, p, m, it))
+                heapreplace(heap, (p / (now - m.tick + h), c, i, p, m, it))
 
     def __len__(self) -> int:
         return len(self.index.nodes)
