@@ -27,20 +27,19 @@ values = st.one_of(
 )
 
 
-def good_ttl(text: str) -> bool:
-    try:
-        v = float(text)
-    except ValueError:
-        return False
-    return math.isfinite(v) and 0 < v <= 24 * 3600
+def float_in_range(low_open: bool, high: float):
+    """What argparse's type=float takes, then the range check: (0, high] with `low_open`, else [0, high]."""
+    def good(text: str) -> bool:
+        try:
+            v = float(text)
+        except ValueError:
+            return False
+        return math.isfinite(v) and (0 < v if low_open else 0 <= v) and v <= high
+    return good
 
 
-def good_budget(text: str) -> bool:
-    try:
-        v = float(text)
-    except ValueError:
-        return False
-    return 0 < v <= 1
+good_ttl, good_budget = float_in_range(True, 24 * 3600), float_in_range(True, 1)
+good_share, good_timeout = float_in_range(False, 1), float_in_range(True, 60)
 
 
 def good_peers(text: str) -> bool:
@@ -60,22 +59,6 @@ def good_threshold(text: str) -> bool:
     except ValueError:
         return False
     return 1 <= v <= 1 << 20
-
-
-def good_share(text: str) -> bool:
-    try:
-        v = float(text)
-    except ValueError:
-        return False
-    return 0 <= v <= 1
-
-
-def good_timeout(text: str) -> bool:
-    try:
-        v = float(text)
-    except ValueError:
-        return False
-    return 0 < v <= 60
 
 
 CASES = {
