@@ -26,7 +26,7 @@ class _Node:
         self.count = 0  # per-entry use count (LFU/SLRU)
         self.region = 0
         self.depth = 1  # nodes from the root down to this one, as of its insertion
-        self.parked = 0  # a policy that parks retained entries (tiers.retention) says in which list it is
+        self.parked = False  # retained, for a policy that parks retained entries (tiers.retention)
 
 
 class TreeIndex:

@@ -25,7 +25,8 @@ entries and keeps TinyLFU's admission contest around it:
   per requested node) since the last use, lowest first. Within one class the least recently used entry has
   the lowest density, so each class keeps an LRU list and a victim query keeps a small heap of the lists'
   cold ends, walking only the lists it takes from (no heap over all leaves). Leaf-only; parents become candidates once their last child is chosen
-  (`_tree.select_leaves`).
+  (`_tree.select_leaves`). Retained entries (session TTLs) wait in parked lists of their class, which the first
+  victim pass of `tiers.retention.RetainingPolicy` leaves out instead of walking past (`park`).
 - Admission (with bypass), in two steps. First the reuse gate (`_gate.py`): a new suffix whose class comes
   back within `gate_horizon` capacities of miss traffic less often than `gate_threshold` is declined. Its
   horizon is what a cache can hold, not the cache's current lifetime, which on multi-turn traces is far
@@ -48,7 +49,7 @@ are in ticks (one per recorded key, i.e. per tree node a request passes), which 
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, insort, insort_left
 from collections import OrderedDict
 from heapq import heapify, heappop, heapreplace
 from itertools import compress
@@ -65,12 +66,7 @@ from tiers.policy import Candidate, Policy, register_policy
 _SIZE_EDGES = (8, 23, 85)
 _SIZE_EDGE_SCALE = 10_000
 ORDERS = ("learned", "recency")  # what `steer` can switch between
-_MAIN, _PARKED, _BACK = 0, 1, 2  # the list of its class an entry is in (`_Node.parked`); see park()
-_first = itemgetter(0)
-
-
-def _entries(ticks: list):
-    return map(itemgetter(1), ticks)
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 @register_policy("tinylfu")
@@ -121,12 +117,11 @@ class TinyLFUPolicy(Policy):
         self._nb = nb
         n_classes = self._reused0 + max_depth * self.n_gaps
         self.lifetime = 0.0  # running mean age at eviction, in ticks (0: nothing evicted yet)
-        self._lists = [OrderedDict() for _ in range(n_classes)]
-        # per class, as (tick, entry) lists in tick order (entries are parked and come back out of use order):
-        # retained entries, and those whose retention ended, until their next use
+        # the leaves of each class as (tick, entry), in tick order (a use moves one to the end; a parent that
+        # loses its last child comes back at its tick): unretained ones, and retained ones (see park())
+        self._leaves: List[list] = [[] for _ in range(n_classes)]
         self._parked: List[list] = [[] for _ in range(n_classes)]
-        self._back: List[list] = [[] for _ in range(n_classes)]
-        self._in = [0, 0, 0]  # entries in each kind of list (_MAIN's not kept): a victim query skips empty kinds
+        self._n_parked = 0  # parked leaves: a victim query that may take them skips their lists when 0
         self.hits = [0.0] * n_classes
         self.events = [0.0] * n_classes
         if prior_weight <= 0:
@@ -240,6 +235,8 @@ class TinyLFUPolicy(Policy):
         index = self.index
         n = index.add(entry, key, size, parent)
         n.tick = self.now
+        if parent is not None and index.nodes[parent].children == 1:  # its parent is no leaf any more
+            self._leave(index.nodes[parent])
         self.gate.opened(key, n.depth, size)
         returned = self._returned
         if key in returned:  # a ghost that came back: it was used again, not a first-seen suffix
@@ -255,18 +252,15 @@ class TinyLFUPolicy(Policy):
         self._since_decay += size
         if self._since_decay >= self.decay_units:
             self._decay()
-        self._lists[cls][entry] = None
+        self._place(n)
 
     def on_access(self, entry) -> None:
         n = self.index.nodes.get(entry)
         if n is None:
             return
-        home = n.parked
-        if home:
-            self._leave(n)  # by its tick before this use
-            if home == _BACK:  # used again: it rejoins its class's LRU list
-                n.parked = _MAIN
-                self._lists[n.region][entry] = None
+        leaf = not n.children
+        if leaf:
+            self._leave(n)  # found by its tick before this use
         now = self.now
         age = now - n.tick
         n.tick = now
@@ -292,16 +286,16 @@ class TinyLFUPolicy(Policy):
         if self._since_decay >= self.decay_units:
             self._decay()
         n.region = cls
-        if n.parked:
+        if leaf:
             self._place(n)
-        else:
-            lists = self._lists
-            del lists[old][entry]
-            lists[cls][entry] = None
 
     def on_remove(self, entry) -> None:
         n = self.index.remove(entry)
         self._leave(n)
+        if n.parent is not None:
+            p = self.index.nodes[n.parent]
+            if not p.children:  # a leaf again
+                self._place(p, before_equals=True)
         tick = n.tick
         age = self.now - tick
         life = self.lifetime
@@ -309,24 +303,32 @@ class TinyLFUPolicy(Policy):
         self._ghost(n.key, n.region, n.size, tick)
 
     def on_resize(self, entry, new_size, new_parent, new_key=None) -> None:
+        nodes = self.index.nodes
+        front = nodes.get(new_parent) if new_parent is not None else None
+        moves = front is not None and nodes[entry].parent != new_parent
+        if moves and not front.children:
+            self._leave(front)  # about to be the entry's parent
         n, old_parent = self.index.resize(entry, new_size, new_parent)
         if new_key is not None:
             n.key = new_key
-        if new_parent is None or new_parent == old_parent:
+        if not moves:
             return
+        if old_parent is not None and not nodes[old_parent].children:
+            self._place(nodes[old_parent], before_equals=True)
         # a split: the new front node carries on the entry's event (it is what the request reuses); the
         # back part, which the request did not reach, starts a TAIL event
-        front = self.index.nodes[new_parent]
         self.gate.withdraw(front.key)
         self.events[front.region] -= 1
-        self._leave(front)
         front.region, front.tick, front.depth, front.count = n.region, n.tick, n.depth, n.count
-        self._place(front)
-        self._leave(n)
+        leaf = not n.children
+        if leaf:
+            self._leave(n)
         n.region = self._tail
+        n.tick = self.now  # the request passed it (as SGLang's tree stamps the node it splits)
         n.depth += 1
         self._open(self._tail, n.size)
-        self._place(n)
+        if leaf:
+            self._place(n)
 
     def record(self, key) -> None:
         self.gate.record(key)
@@ -379,41 +381,43 @@ class TinyLFUPolicy(Policy):
         return False
 
     # --- parking (tiers.retention.RetainingPolicy) ---
-    # An entry is in one list of its class: the LRU list (_MAIN), the parked list while retained (_PARKED),
-    # or, once its retention ends, the back list (_BACK) until its next use; the last two sorted by tick.
-    # Victim queries merge the lists by density, ties by class: the order one LRU list per class gives.
+    # A leaf is in one list of its class, by tick: its leaves, or its parked leaves while retained; an inner
+    # entry is in none (it cannot go before its children). Victim queries merge the lists by density (ties by
+    # class), so the order is that of every entry by density, leaves only, without walking past the others.
     def park(self, entry) -> None:
-        n = self.index.nodes.get(entry)
-        if n is not None and n.parked != _PARKED:
-            self._leave(n)
-            n.parked = _PARKED
-            self._place(n)
+        self._set_parked(entry, True)
 
     def unpark(self, entry) -> None:
-        n = self.index.nodes.get(entry)
-        if n is not None and n.parked == _PARKED:
-            self._leave(n)
-            n.parked = _BACK
-            self._place(n)
+        self._set_parked(entry, False)
 
-    def _place(self, n) -> None:
-        """Add `n` to its list, at the hot end (the LRU and parked lists) or at its tick (the back list)."""
+    def _set_parked(self, entry, parked: bool) -> None:
+        n = self.index.nodes.get(entry)
+        if n is None or n.parked == parked:
+            return
+        if n.children:
+            n.parked = parked
+            return
+        self._leave(n)
+        n.parked = parked
+        self._place(n)
+
+    def _place(self, n, before_equals: bool = False) -> None:
+        """Add leaf `n` to its list at its tick: after the entries of the same tick, or before them for a parent
+        whose last child left (a request uses its path root first, so the parent was used before them)."""
+        ticks = self._parked[n.region] if n.parked else self._leaves[n.region]
+        (insort_left if before_equals else insort)(ticks, (n.tick, n.entry), key=_first)
         if n.parked:
-            insort((self._parked if n.parked == _PARKED else self._back)[n.region], (n.tick, n.entry), key=_first)
-            self._in[n.parked] += 1
-        else:
-            self._lists[n.region][n.entry] = None
+            self._n_parked += 1
 
     def _leave(self, n) -> None:
+        """Take leaf `n` out of its list (before its tick, class or parking changes)."""
+        ticks = (self._parked if n.parked else self._leaves)[n.region]
+        i = bisect_left(ticks, n.tick, key=_first)
+        while ticks[i][1] != n.entry:  # past the entries of the same tick
+            i += 1
+        del ticks[i]
         if n.parked:
-            ticks = (self._parked if n.parked == _PARKED else self._back)[n.region]
-            i = bisect_left(ticks, n.tick, key=_first)
-            while ticks[i][1] != n.entry:  # past the entries of the same tick
-                i += 1
-            del ticks[i]
-            self._in[n.parked] -= 1
-        else:
-            del self._lists[n.region][n.entry]
+            self._n_parked -= 1
 
     def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False,
                 parked: bool = True) -> List[Hashable]:
@@ -422,32 +426,27 @@ class TinyLFUPolicy(Policy):
         h = self._horizon()
         hits, events, ph, pe = self._estimates()
 
-        def rank(n):
+        def rank(n):  # (density, class): ties go by class, in the order and in the selection's heap alike
             c = n.region
-            return (hits[c] + ph) / (events[c] + pe) / (now - n.tick + h)
+            return (hits[c] + ph) / (events[c] + pe) / (now - n.tick + h), c
 
-        sources = [self._lists]
-        if self._in[_BACK]:
-            sources.append(self._back)
-        if parked and self._in[_PARKED]:
-            sources.append(self._parked)
-        return select_leaves(self.index, size, protected, self._order(now, h, sources), rank, yields_inner=True)
+        lists = self._leaves + self._parked if parked and self._n_parked else self._leaves
+        if not parked:  # nor taken when the selection frees their last child
+            nodes, unparked = self.index.nodes, protected
+            protected = lambda e: unparked(e) or nodes[e].parked  # noqa: E731
+        return select_leaves(self.index, size, protected, self._order(now, h, lists), rank, yields_inner=False)
 
-    def _order(self, now: int, h: float, sources):
-        """(density, node), lowest first: a heap over the cold end of each class's LRU list in `sources`. Only
+    def _order(self, now: int, h: float, lists):
+        """((density, class), leaf), lowest first: a heap over the cold end of each class's leaf list in `lists`. Only
         the lists the selection actually reaches are walked, so a query costs O(classes) plus the victims
         taken."""
         nodes = self.index.nodes
-        lists, walks = [], []  # every class's list of each source; how to walk its entries in order
-        for source in sources:
-            lists.extend(source)
-            walks.extend([iter if source is self._lists else _entries] * len(source))
         hits, events, ph, pe = self._estimates()
-        n_classes = len(self._lists)
+        n_classes = len(self._leaves)
         heap = []
         append = heap.append
         for i in compress(range(len(lists)), lists):  # the non-empty lists
-            n = nodes[next(walks[i](lists[i]))]
+            n = nodes[lists[i][0][1]]
             c = i % n_classes
             p = (hits[c] + ph) / (events[c] + pe)
             # ties go by class, as with one list per class, then by list (indices are distinct, so ties never
@@ -456,9 +455,9 @@ class TinyLFUPolicy(Policy):
         heapify(heap)
         while heap:
             r, c, i, p, n, it = heap[0]
-            yield r, n
+            yield (r, c), n
             if it is None:
-                it = walks[i](lists[i])
+                it = map(_second, lists[i])
                 next(it)
             e = next(it, None)
             if e is None:
