@@ -22,11 +22,12 @@ entries and keeps TinyLFU's admission contest around it:
   `decay_capacities` capacities of event traffic (each event adds its entry's size: aging, as in
   TinyLFU's sketch reset).
 - Eviction: density = reuse probability / (age + horizon), age in policy ticks (one per recorded key, i.e.
-  per requested node) since the last use, lowest first. Within one class the least recently used entry has
-  the lowest density, so each class keeps an LRU list and a victim query keeps a small heap of the lists'
-  cold ends, walking only the lists it takes from (no heap over all leaves). Leaf-only; parents become candidates once their last child is chosen
-  (`_tree.select_leaves`). Retained entries (session TTLs) wait in parked lists of their class, which the first
-  victim pass of `tiers.retention.RetainingPolicy` leaves out instead of walking past (`park`).
+  per requested node) since the last use, lowest first, ties by class. Within one class the least recently
+  used entry has the lowest density, so each class keeps its leaves in tick order and a victim query keeps a
+  small heap of the lists' cold ends, walking only the lists it takes from: no heap over all leaves, and no
+  walk past inner entries (a parent joins its class's list when its last child leaves) or, in the first
+  victim pass of `tiers.retention.RetainingPolicy`, past retained ones (parked in lists of their own: `park`).
+  Parents become candidates once their last child is chosen (`_tree.select_leaves`).
 - Admission (with bypass), in two steps. First the reuse gate (`_gate.py`): a new suffix whose class comes
   back within `gate_horizon` capacities of miss traffic less often than `gate_threshold` is declined. Its
   horizon is what a cache can hold, not the cache's current lifetime, which on multi-turn traces is far
@@ -305,16 +306,17 @@ class TinyLFUPolicy(Policy):
     def on_resize(self, entry, new_size, new_parent, new_key=None) -> None:
         nodes = self.index.nodes
         front = nodes.get(new_parent) if new_parent is not None else None
-        moves = front is not None and nodes[entry].parent != new_parent
-        if moves and not front.children:
+        if front is not None and not front.children and nodes[entry].parent != new_parent:
             self._leave(front)  # about to be the entry's parent
         n, old_parent = self.index.resize(entry, new_size, new_parent)
         if new_key is not None:
             n.key = new_key
-        if not moves:
+        if new_parent == old_parent:
             return
         if old_parent is not None and not nodes[old_parent].children:
             self._place(nodes[old_parent], before_equals=True)
+        if front is None:  # moved to the root level: no split
+            return
         # a split: the new front node carries on the entry's event (it is what the request reuses); the
         # back part, which the request did not reach, starts a TAIL event
         self.gate.withdraw(front.key)
@@ -410,14 +412,16 @@ class TinyLFUPolicy(Policy):
             self._n_parked += 1
 
     def _leave(self, n) -> None:
-        """Take leaf `n` out of its list (before its tick, class or parking changes)."""
+        """Take leaf `n` out of its list (before its tick, class or parking changes). Never raises: it runs
+        inside Retention's calls too, and an entry missing from its list can only be offered less."""
         ticks = (self._parked if n.parked else self._leaves)[n.region]
-        i = bisect_left(ticks, n.tick, key=_first)
-        while ticks[i][1] != n.entry:  # past the entries of the same tick
+        i, end = bisect_left(ticks, n.tick, key=_first), len(ticks)
+        while i < end and ticks[i][1] != n.entry:  # past the entries of the same tick
             i += 1
-        del ticks[i]
-        if n.parked:
-            self._n_parked -= 1
+        if i < end and ticks[i][0] == n.tick:
+            del ticks[i]
+            if n.parked:
+                self._n_parked -= 1
 
     def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False,
                 parked: bool = True) -> List[Hashable]:
