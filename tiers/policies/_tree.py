@@ -14,7 +14,7 @@ from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional,
 
 
 class _Node:
-    __slots__ = ("entry", "key", "size", "parent", "children", "tick", "count", "region", "depth", "parked")
+    __slots__ = ("entry", "key", "size", "parent", "children", "tick", "count", "region", "depth", "parked", "placed")
 
     def __init__(self, entry, key, size, parent):
         self.entry = entry
@@ -27,6 +27,7 @@ class _Node:
         self.region = 0
         self.depth = 1  # nodes from the root down to this one, as of its insertion
         self.parked = False  # retained, for a policy that parks retained entries (tiers.retention)
+        self.placed = 0  # where a policy that keeps ordered lists put it last
 
 
 class TreeIndex:

@@ -23,7 +23,7 @@ entries and keeps TinyLFU's admission contest around it:
   TinyLFU's sketch reset).
 - Eviction: density = reuse probability / (age + horizon), age in policy ticks (one per recorded key, i.e.
   per requested node) since the last use, lowest first, ties by class. Within one class the least recently
-  used entry has the lowest density, so each class keeps its leaves in tick order and a victim query keeps a
+  used entry has the lowest density, so each class keeps its leaves in use order and a victim query keeps a
   small heap of the lists' cold ends, walking only the lists it takes from: no heap over all leaves, and no
   walk past inner entries (a parent joins its class's list when its last child leaves) or, in the first
   victim pass of `tiers.retention.RetainingPolicy`, past retained ones (parked in lists of their own: `park`).
@@ -50,10 +50,10 @@ are in ticks (one per recorded key, i.e. per tree node a request passes), which 
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort, insort_left
+from bisect import bisect_left, insort
 from collections import OrderedDict
 from heapq import heapify, heappop, heapreplace
-from itertools import compress
+from itertools import compress, count
 from operator import itemgetter
 from typing import Callable, Hashable, Iterable, List, Optional
 
@@ -118,11 +118,13 @@ class TinyLFUPolicy(Policy):
         self._nb = nb
         n_classes = self._reused0 + max_depth * self.n_gaps
         self.lifetime = 0.0  # running mean age at eviction, in ticks (0: nothing evicted yet)
-        # the leaves of each class as (tick, entry), in tick order (a use moves one to the end; a parent that
-        # loses its last child comes back at its tick): unretained ones, and retained ones (see park())
+        # the leaves of each class as (placement, entry), in the order they were placed (an insert, a use or a
+        # split places an entry at the end; a parent that loses its last child comes back where it was):
+        # unretained ones, and retained ones (see park())
         self._leaves: List[list] = [[] for _ in range(n_classes)]
         self._parked: List[list] = [[] for _ in range(n_classes)]
         self._n_parked = 0  # parked leaves: a victim query that may take them skips their lists when 0
+        self._placements = count()
         self.hits = [0.0] * n_classes
         self.events = [0.0] * n_classes
         if prior_weight <= 0:
@@ -253,6 +255,7 @@ class TinyLFUPolicy(Policy):
         self._since_decay += size
         if self._since_decay >= self.decay_units:
             self._decay()
+        n.placed = next(self._placements)
         self._place(n)
 
     def on_access(self, entry) -> None:
@@ -261,7 +264,7 @@ class TinyLFUPolicy(Policy):
             return
         leaf = not n.children
         if leaf:
-            self._leave(n)  # found by its tick before this use
+            self._leave(n)
         now = self.now
         age = now - n.tick
         n.tick = now
@@ -287,6 +290,7 @@ class TinyLFUPolicy(Policy):
         if self._since_decay >= self.decay_units:
             self._decay()
         n.region = cls
+        n.placed = next(self._placements)
         if leaf:
             self._place(n)
 
@@ -296,7 +300,7 @@ class TinyLFUPolicy(Policy):
         if n.parent is not None:
             p = self.index.nodes[n.parent]
             if not p.children:  # a leaf again
-                self._place(p, before_equals=True)
+                self._place(p)
         tick = n.tick
         age = self.now - tick
         life = self.lifetime
@@ -314,7 +318,7 @@ class TinyLFUPolicy(Policy):
         if new_parent == old_parent:
             return
         if old_parent is not None and not nodes[old_parent].children:
-            self._place(nodes[old_parent], before_equals=True)
+            self._place(nodes[old_parent])
         if front is None:  # moved to the root level: no split
             return
         # a split: the new front node carries on the entry's event (it is what the request reuses); the
@@ -322,12 +326,13 @@ class TinyLFUPolicy(Policy):
         self.gate.withdraw(front.key)
         self.events[front.region] -= 1
         front.region, front.tick, front.depth, front.count = n.region, n.tick, n.depth, n.count
+        front.placed = next(self._placements)  # both parts are placed anew, front first, as SGLang stamps them
         leaf = not n.children
         if leaf:
             self._leave(n)
         n.region = self._tail
-        n.tick = self.now  # the request passed it (as SGLang's tree stamps the node it splits)
         n.depth += 1
+        n.placed = next(self._placements)
         self._open(self._tail, n.size)
         if leaf:
             self._place(n)
@@ -383,9 +388,9 @@ class TinyLFUPolicy(Policy):
         return False
 
     # --- parking (tiers.retention.RetainingPolicy) ---
-    # A leaf is in one list of its class, by tick: its leaves, or its parked leaves while retained; an inner
-    # entry is in none (it cannot go before its children). Victim queries merge the lists by density (ties by
-    # class), so the order is that of every entry by density, leaves only, without walking past the others.
+    # A leaf is in one list of its class, in placement order: its leaves, or its parked leaves while retained;
+    # an inner entry is in none (it cannot go before its children). Victim queries merge the lists' cold ends
+    # by density (ties by class): the order of one LRU list per class, leaves only, walking past no other.
     def park(self, entry) -> None:
         self._set_parked(entry, True)
 
@@ -403,23 +408,21 @@ class TinyLFUPolicy(Policy):
         n.parked = parked
         self._place(n)
 
-    def _place(self, n, before_equals: bool = False) -> None:
-        """Add leaf `n` to its list at its tick: after the entries of the same tick, or before them for a parent
-        whose last child left (a request uses its path root first, so the parent was used before them)."""
-        ticks = self._parked[n.region] if n.parked else self._leaves[n.region]
-        (insort_left if before_equals else insort)(ticks, (n.tick, n.entry), key=_first)
+    def _place(self, n) -> None:
+        """Add leaf `n` to its list, at its placement."""
         if n.parked:
+            insort(self._parked[n.region], (n.placed, n.entry), key=_first)
             self._n_parked += 1
+        else:
+            insort(self._leaves[n.region], (n.placed, n.entry), key=_first)
 
     def _leave(self, n) -> None:
-        """Take leaf `n` out of its list (before its tick, class or parking changes). Never raises: it runs
-        inside Retention's calls too, and an entry missing from its list can only be offered less."""
-        ticks = (self._parked if n.parked else self._leaves)[n.region]
-        i, end = bisect_left(ticks, n.tick, key=_first), len(ticks)
-        while i < end and ticks[i][1] != n.entry:  # past the entries of the same tick
-            i += 1
-        if i < end and ticks[i][0] == n.tick:
-            del ticks[i]
+        """Take leaf `n` out of its list (before its placement, class or parking changes). Never raises: it
+        runs inside Retention's calls too, and an entry missing from its list can only be offered less."""
+        placed = (self._parked if n.parked else self._leaves)[n.region]
+        i = bisect_left(placed, n.placed, key=_first)
+        if i < len(placed) and placed[i][1] == n.entry:
+            del placed[i]
             if n.parked:
                 self._n_parked -= 1
 
