@@ -210,9 +210,9 @@ class RetainingPolicy(Policy):
         self.may_admit = inner.may_admit
         self.admit = inner.admit
         self._parks = callable(getattr(inner, "park", None))
-        if self._parks:
+        if self._parks:  # inserts go through on_insert below, which parks an entry that arrives retained
             retention.watch(inner.park, inner.unpark)
-        else:  # the class's on_insert parks an entry that arrives retained
+        else:
             self.on_insert = inner.on_insert
 
     def on_insert(self, entry, key, size, parent=None) -> None:

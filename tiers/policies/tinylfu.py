@@ -326,7 +326,7 @@ class TinyLFUPolicy(Policy):
         self.gate.withdraw(front.key)
         self.events[front.region] -= 1
         front.region, front.tick, front.depth, front.count = n.region, n.tick, n.depth, n.count
-        front.placed = next(self._placements)  # both parts are placed anew, front first, as SGLang stamps them
+        front.placed = next(self._placements)  # both parts placed anew, front first (SGLang stamps both)
         leaf = not n.children
         if leaf:
             self._leave(n)
@@ -387,7 +387,7 @@ class TinyLFUPolicy(Policy):
         self._ghost(candidate.key, cls, candidate.size, now)
         return False
 
-    # --- parking (tiers.retention.RetainingPolicy) ---
+    # --- leaf lists, and parking for tiers.retention.RetainingPolicy ---
     # A leaf is in one list of its class, in placement order: its leaves, or its parked leaves while retained;
     # an inner entry is in none (it cannot go before its children). Victim queries merge the lists' cold ends
     # by density (ties by class): the order of one LRU list per class, leaves only, walking past no other.
@@ -419,10 +419,10 @@ class TinyLFUPolicy(Policy):
     def _leave(self, n) -> None:
         """Take leaf `n` out of its list (before its placement, class or parking changes). Never raises: it
         runs inside Retention's calls too, and an entry missing from its list can only be offered less."""
-        placed = (self._parked if n.parked else self._leaves)[n.region]
-        i = bisect_left(placed, n.placed, key=_first)
-        if i < len(placed) and placed[i][1] == n.entry:
-            del placed[i]
+        leaves = (self._parked if n.parked else self._leaves)[n.region]
+        i = bisect_left(leaves, n.placed, key=_first)
+        if i < len(leaves) and leaves[i][1] == n.entry:
+            del leaves[i]
             if n.parked:
                 self._n_parked -= 1
 
@@ -444,9 +444,9 @@ class TinyLFUPolicy(Policy):
         return select_leaves(self.index, size, protected, self._order(now, h, lists), rank, yields_inner=False)
 
     def _order(self, now: int, h: float, lists):
-        """((density, class), leaf), lowest first: a heap over the cold end of each class's leaf list in `lists`. Only
-        the lists the selection actually reaches are walked, so a query costs O(classes) plus the victims
-        taken."""
+        """((density, class), leaf), lowest first: a heap over the cold end of each list in `lists` (one per
+        class, or two: leaves and parked leaves). Only the lists the selection reaches are walked, so a query
+        costs O(classes) plus the victims taken."""
         nodes = self.index.nodes
         hits, events, ph, pe = self._estimates()
         n_classes = len(self._leaves)
