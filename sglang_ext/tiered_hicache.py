@@ -186,8 +186,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: both tiers now run %r (%s)", setting.name, self.tuner.stats())
-        self.device_view.ns += time.perf_counter_ns() - t0
-        self.device_view.calls += 1
+        self._charge_device(t0, 1)
 
     def reset(self):
         """SGLang's flush (`/flush_cache`) empties both pools; the retention and policies of the old tree go too,
@@ -431,19 +430,29 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
     def _retain_path(self, key, ttl_s: float, skip_retained: bool = False) -> None:
         """Retain, once each, the device nodes `key` passes through: a walk that changes nothing else (no hit
         refresh, no split, no access time). `skip_retained`: a topology-only or chunk re-insert, whose earlier
-        nodes this request retained moments ago; only nodes new since then are retained."""
+        nodes this request retained moments ago; only nodes new since then are retained. Retention is policy
+        work: counted as the device policy's, as the device-only tree counts it."""
+        t0, calls = time.perf_counter_ns(), 0
         for child in self._walk(key):
             if child.evicted:
                 break
             if not (skip_retained and self.retention.is_retained(child)):
                 self.retention.retain(child, len(child.key), ttl_s)
+                calls += 1
+        self._charge_device(t0, calls)
+
+    def _charge_device(self, t0: int, calls: int) -> None:
+        self.device_view.ns += time.perf_counter_ns() - t0
+        self.device_view.calls += calls
 
     def match_prefix(self, params):
         result = super().match_prefix(params)
         node = result.last_device_node
+        t0, calls = time.perf_counter_ns(), 0
         while node is not None and node is not self.root_node:  # a hit refreshes the path's retention
             self.retention.touch(node)
-            node = node.parent
+            node, calls = node.parent, calls + 1
+        self._charge_device(t0, calls)
         return result
 
     # ---- observability ----

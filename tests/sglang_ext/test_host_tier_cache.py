@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
@@ -151,6 +151,21 @@ def test_a_ttl_insert_retains_each_node_of_its_path_once_and_refreshes_nothing(m
     assert (r.retains, r.refreshes, r.retained_size) == (3, 0, 4)
     ins(cache, [1, 2, 3, 4], chunked=True)  # a topology-only re-insert: every node is retained already
     assert (r.retains, r.refreshes) == (3, 0)
+
+
+def test_retention_work_counts_as_policy_cost(monkeypatch):
+    """Session TTL bookkeeping is policy work, as the device-only tree counts it: each retention an insert
+    starts is a device policy call, and so is each node a hit refreshes."""
+    plain, ttl = host_cache(monkeypatch), host_cache(monkeypatch)
+    ttl._request_ttl_s = 60.0
+    for cache in (plain, ttl):
+        ins(cache, [1, 2, 3])
+        ins(cache, [1, 2, 3, 4])  # two nodes on its path, both retained again
+    assert ttl.retention.retains == 3
+    assert ttl.device_view.calls == plain.device_view.calls + 3
+    before = ttl.device_view.calls
+    ttl.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4]))))  # refreshes both nodes
+    assert ttl.retention.refreshes == 2 and ttl.device_view.calls == before + 2
 
 
 def test_a_split_of_a_retained_node_keeps_the_retained_size_true(monkeypatch):
