@@ -448,11 +448,13 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
     def match_prefix(self, params):
         result = super().match_prefix(params)
         node = result.last_device_node
-        t0, calls = time.perf_counter_ns(), 0
+        retention = self.retention
+        t0, refreshes = time.perf_counter_ns(), retention.refreshes
         while node is not None and node is not self.root_node:  # a hit refreshes the path's retention
-            self.retention.touch(node)
-            node, calls = node.parent, calls + 1
-        self._charge_device(t0, calls)
+            retention.touch(node)
+            node = node.parent
+        if retention.refreshes > refreshes:  # policy work only where it refreshed (a request with no TTL: none)
+            self._charge_device(t0, retention.refreshes - refreshes)
         return result
 
     # ---- observability ----
