@@ -50,7 +50,8 @@ class TierView:
     def __contains__(self, node) -> bool:
         return node in self.members
 
-    def _charge(self, t0: int, calls: int = 1) -> None:
+    def charge(self, t0: int, calls: int = 1) -> None:
+        """Count `calls` policy calls and the time since `t0` (perf_counter_ns) as this tier's policy cost."""
         self.ns += time.perf_counter_ns() - t0
         self.calls += calls
 
@@ -82,7 +83,7 @@ class TierView:
             self.drift(f"could not add node {node.id}: {e}")
             return
         finally:
-            self._charge(t0)
+            self.charge(t0)
         self.members.add(node)
 
     def access(self, node) -> None:
@@ -90,7 +91,7 @@ class TierView:
         if node in self.members:
             t0 = time.perf_counter_ns()
             self.inner.on_access(node)
-            self._charge(t0)
+            self.charge(t0)
 
     def remove(self, node, keep_retention: bool = False) -> None:
         """`node` left this tier; `keep_retention`: it is still cached on another tier."""
@@ -103,7 +104,7 @@ class TierView:
         except (KeyError, ValueError) as e:
             self.drift(f"could not remove node {node.id}: {e}")
         finally:
-            self._charge(t0)
+            self.charge(t0)
 
     def split(self, front, back) -> None:
         """SGLang split `back` into `front` -> `back`; `front` carries `back`'s old key (`front.tier_key`)."""
@@ -116,7 +117,7 @@ class TierView:
         except (KeyError, ValueError) as e:
             self.drift(f"could not resize node {back.id}: {e}")
         finally:
-            self._charge(t0)
+            self.charge(t0)
 
     def record(self, keys, hit: int, total: int) -> None:
         """A request asked for `keys` (its path and its new remainder's) and found `hit` of `total` here."""
@@ -125,7 +126,7 @@ class TierView:
         for key in keys:
             policy.record(key)
         policy.observe(hit, total)
-        self._charge(t0, len(keys) + 1)
+        self.charge(t0, len(keys) + 1)
 
     # ---- decisions ----
     def victims(self, size: int, protected) -> list:
@@ -133,7 +134,7 @@ class TierView:
         try:
             return self.policy.victims(size, protected)
         finally:
-            self._charge(t0)
+            self.charge(t0)
 
     def admits(self, candidate, victims_of) -> bool:
         """`may_admit`, then `admit` against the victims `victims_of()` names (queried only if needed); False
@@ -147,4 +148,4 @@ class TierView:
             calls += 2
             return bool(victims) and policy.admit(candidate, victims)
         finally:
-            self._charge(t0, calls)
+            self.charge(t0, calls)

@@ -186,7 +186,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: both tiers now run %r (%s)", setting.name, self.tuner.stats())
-        self._charge_device(t0, 1)
+        self.device_view.charge(t0, 1)
 
     def reset(self):
         """SGLang's flush (`/flush_cache`) empties both pools; the retention and policies of the old tree go too,
@@ -439,11 +439,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             if not (skip_retained and self.retention.is_retained(child)):
                 self.retention.retain(child, len(child.key), ttl_s)
                 calls += 1
-        self._charge_device(t0, calls)
-
-    def _charge_device(self, t0: int, calls: int) -> None:
-        self.device_view.ns += time.perf_counter_ns() - t0
-        self.device_view.calls += calls
+        self.device_view.charge(t0, calls)
 
     def match_prefix(self, params):
         result = super().match_prefix(params)
@@ -454,7 +450,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             retention.touch(node)
             node = node.parent
         if retention.refreshes > refreshes:  # policy work only where it refreshed (a request with no TTL: none)
-            self._charge_device(t0, retention.refreshes - refreshes)
+            self.device_view.charge(t0, retention.refreshes - refreshes)
         return result
 
     # ---- observability ----

@@ -1,3 +1,4 @@
+import heapq
 import itertools
 
 import pytest
@@ -122,9 +123,9 @@ def test_retained_entries_are_evicted_last(name):
 
 
 class _EveryEntryByDensity(TinyLFUPolicy):
-    """The order tinylfu's design note states, computed the slow way: every entry, inner ones included, sorted
-    by density (ties by class), leaves only; no parking, so RetainingPolicy's first pass walks past every
-    retained entry."""
+    """The order tinylfu's design note states, computed the slow way, as before leaf lists: one list per class of
+    every entry, inner ones included, in placement order; the lists' cold ends merged by density (ties by
+    class); leaves only. No parking, so RetainingPolicy's first pass walks past every retained entry."""
 
     park = None
 
@@ -136,8 +137,22 @@ class _EveryEntryByDensity(TinyLFUPolicy):
             c = n.region
             return (hits[c] + ph) / (events[c] + pe) / (now - n.tick + h), c
 
-        order = sorted(((rank(n), n) for n in self.index.nodes.values()), key=lambda rn: rn[0])
-        return select_leaves(self.index, size, protected, order, rank, yields_inner=True)
+        classes = {}
+        for n in sorted(self.index.nodes.values(), key=lambda n: n.placed):
+            classes.setdefault(n.region, []).append(n)
+
+        def order():
+            heap = [(rank(ns[0]), 0, ns) for ns in classes.values()]
+            heapq.heapify(heap)
+            while heap:
+                r, j, ns = heap[0]
+                yield r, ns[j]
+                if j + 1 < len(ns):
+                    heapq.heapreplace(heap, (rank(ns[j + 1]), j + 1, ns))
+                else:
+                    heapq.heappop(heap)
+
+        return select_leaves(self.index, size, protected, order(), rank, yields_inner=True)
 
 
 _OPS = st.lists(st.tuples(st.sampled_from("iIarRtxs"), st.integers(0, 40), st.integers(1, 6)), max_size=120)
@@ -147,7 +162,7 @@ _OPS = st.lists(st.tuples(st.sampled_from("iIarRtxs"), st.integers(0, 40), st.in
 @given(_OPS)
 def test_parking_retained_entries_changes_no_victim_order(ops):
     """tinylfu walks only leaves, and its first pass leaves parked (retained) entries out instead of skipping
-    them: the victims, and their order, are those of every entry sorted by density, through inserts under
+    them: the victims, and their order, are those of one list of every entry per class, through inserts under
     leaves, splits, retains, refreshes, expiries, budget releases, uses and removals; and what is parked is
     what is retained."""
     clock = ManualClock()
@@ -185,6 +200,7 @@ def test_parking_retained_entries_changes_no_victim_order(ops):
                 for p in (parks, walks):
                     p.on_insert(front, ("k", e), 1, parent)
                     p.on_resize(e, back_size, front, ("k", front))
+                    p.on_access(front)  # the request that splits a node goes on to use its front
                 live.insert(live.index(e), front)
         assert parks.victims(size * 4) == walks.victims(size * 4)
         assert parks.victims(10**6) == walks.victims(10**6)  # the whole order
