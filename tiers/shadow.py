@@ -20,12 +20,15 @@ the learned order beats recency on long multi-turn traffic and loses to it while
 - **Window**: a window ends after every `window_capacities` shadow capacities of sampled traffic; then each
   shadow's hit and requested units are halved, so the comparison follows the recent workload. Units are
   capacities, so the window does not depend on how many tokens a unit holds.
-- **Hysteresis**: the live setting is decided once per window, and changes only once `min_capacities` shadow
-  capacities of sampled traffic have been seen and another setting's windowed hit rate beats the live one's
-  by `margin` (token hit rate, absolute) and by `min_z` standard errors of the per-request difference between
-  the two shadows on the same sampled requests (a paired test: windows hold a few hundred requests, and on
-  traffic whose hits are few and large a lead of 0.01 can be noise). The live policy starts on the first setting (recency: SGLang's own LRU), so until the shadows show that
-  another setting pays, the tier behaves as stock SGLang.
+- **Hysteresis**: the live setting is decided every `decide_capacities` shadow capacities of sampled traffic
+  (a quarter of a window: a miniature of the learned policy parts from recency's hit rate only after a few
+  capacities, and each capacity the live tree stays on recency after that is lost), and changes only once
+  `min_capacities` shadow capacities of sampled traffic have been seen and another setting's windowed hit rate
+  beats the live one's by `margin` (token hit rate, absolute) and by `min_z` standard errors of the per-request
+  difference between the two shadows on the same sampled requests (a paired test: windows hold a few hundred
+  requests, and on traffic whose hits are few and large a lead of 0.01 can be noise). The live policy starts on
+  the first setting (recency: SGLang's own LRU), so until the shadows show that another setting pays, the tier
+  behaves as stock SGLang.
 
 Cost: a sampled request costs one request on each shadow, so the tuner adds about the rate x the candidates
 of the tree's per-request work; memory is the shadows (their capacity) plus `head_memory` head counts.
@@ -69,7 +72,8 @@ class TuningConfig:
     min_shadow_requests: float = 32.0  # a shadow holds at least this many mean-sized requests (up to max_rate)
     warmup_requests: int = 32  # requests seen before the shadows are sized and started
     settings: Tuple[Setting, ...] = DEFAULT_SETTINGS  # the first is what the live policy starts with
-    window_capacities: float = 4.0  # shadow capacities of sampled traffic per window; a decision per window
+    window_capacities: float = 4.0  # shadow capacities of sampled traffic per window (then the counts halve)
+    decide_capacities: float = 1.0  # shadow capacities of sampled traffic between two decisions
     min_capacities: float = 2.0  # sampled traffic before the first switch
     margin: float = 0.002  # token hit rate by which another setting must beat the live one
     min_z: float = 1.0  # and its per-request lead over the live one, in standard errors (paired)
@@ -82,8 +86,9 @@ class TuningConfig:
                              f"{self.max_rate}")
         if len(self.settings) < 1 or len({s.name for s in self.settings}) != len(self.settings):
             raise ValueError("shadow settings need at least one setting and distinct names")
-        if self.window_capacities <= 0 or self.min_capacities < 0 or self.margin < 0 or self.min_z < 0:
-            raise ValueError("window must be > 0, min traffic, margin and min_z >= 0")
+        if min(self.window_capacities, self.decide_capacities) <= 0 or min(self.min_capacities, self.margin,
+                                                                           self.min_z) < 0:
+            raise ValueError("window and decision interval must be > 0, min traffic, margin and min_z >= 0")
         if self.head_requests < 2 or self.head_memory < 1:
             raise ValueError("head_requests must be >= 2 and head_memory >= 1")
         if self.min_shadow_requests < 0 or self.warmup_requests < 1:
@@ -193,6 +198,7 @@ class ShadowTuner:
         self._totals = [0.0] * len(config.settings)
         self._pairs = PairedLeads(len(config.settings))
         self._since_halving = 0.0
+        self._since_decision = 0.0
         self._seen = 0.0  # units of sampled traffic so far
         self._warmup_units = 0
         self._requests = 0
@@ -228,14 +234,17 @@ class ShadowTuner:
         self._pairs.add(hits)
         self._seen += units
         self._since_halving += units
-        if self._since_halving < self.config.window_capacities * self.shadow_capacity:
+        self._since_decision += units
+        cap = self.shadow_capacity
+        if self._since_decision < self.config.decide_capacities * cap:
             return None
-        # a window ended: decide once, on the windowed rates, then age them
-        setting = self._choose()
-        self._since_halving = 0.0
-        self._hits = [h * 0.5 for h in self._hits]
-        self._totals = [t * 0.5 for t in self._totals]
-        self._pairs.halve()
+        setting = self._choose()  # on the windowed rates
+        self._since_decision = 0.0
+        if self._since_halving >= self.config.window_capacities * cap:  # a window ended: age the rates
+            self._since_halving = 0.0
+            self._hits = [h * 0.5 for h in self._hits]
+            self._totals = [t * 0.5 for t in self._totals]
+            self._pairs.halve()
         return setting
 
     def _warm_up(self, units: int) -> None:

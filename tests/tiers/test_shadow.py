@@ -119,11 +119,20 @@ def test_no_switch_before_the_least_traffic_nor_within_the_margin():
     assert feed(close, 500) == [] and close.live.name == "lru"
 
 
-def test_it_decides_only_when_a_window_ends():
-    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=3.0, min_capacities=0.0)
+def test_it_decides_every_decision_interval():
+    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=4.0, decide_capacities=3.0, min_capacities=0.0)
     feed(t, 1)  # warm-up
-    assert feed(t, 29) == []  # 2,900 units: the first window (3,000) has not ended
+    assert feed(t, 29) == []  # 2,900 units: the first interval (3,000) has not ended
     assert feed(t, 1) == ["gated"]
+
+
+def test_the_rates_age_once_per_window_not_once_per_decision():
+    t, shadows = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=4.0, decide_capacities=1.0)
+    feed(t, 1 + 40)  # warm-up, then one window (4,000 units), halved at its end
+    shadows["gated"].rate = 0.10
+    feed(t, 10)  # one more decision, within the next window
+    # (0.5 x 4,000 x 0.30 + 1,000 x 0.10) / (0.5 x 4,000 + 1,000); halved at every decision it would be 0.13
+    assert t.stats().shadow_hit_rates["gated"] == pytest.approx(700 / 3000, abs=1e-6)  # stats round to 6 digits
 
 
 def test_a_workload_that_changes_moves_the_live_setting_back():
@@ -167,7 +176,8 @@ def test_a_lead_within_the_sampling_noise_switches_far_less_and_a_clear_one_stil
 
 @pytest.mark.parametrize("bad", [
     dict(sample_rate=0.0), dict(sample_rate=0.5, max_rate=0.25), dict(max_rate=1.5), dict(settings=()),
-    dict(settings=(LRU, LRU)), dict(window_capacities=0.0), dict(margin=-0.1), dict(head_requests=1),
+    dict(settings=(LRU, LRU)), dict(window_capacities=0.0), dict(decide_capacities=0.0), dict(margin=-0.1),
+    dict(head_requests=1),
     dict(warmup_requests=0), dict(min_z=-1.0),
 ])
 def test_bad_tuning_configs_are_refused(bad):
