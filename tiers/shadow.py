@@ -17,9 +17,9 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   while it holds many requests (SHARDS scales the capacity, not the items): the rate is `sample_rate` or more,
   enough for the shadow to hold `min_shadow_requests` requests of the mean size seen over the first
   `warmup_requests` (up to 1: full-size shadows). The shadows start after that warm-up.
-- **Window**: a window ends after every `window_capacities` shadow capacities of sampled traffic; then each
-  shadow's hit and requested units are halved, so the comparison follows the recent workload. Units are
-  capacities, so the window does not depend on how many tokens a unit holds.
+- **Window**: a window ends after every `window_capacities` shadow capacities of sampled traffic (at the first
+  decision from then on); then each shadow's hit and requested units are halved, so the comparison follows the
+  recent workload. Units are capacities, so the window does not depend on how many tokens a unit holds.
 - **Hysteresis**: the live setting is decided every `decide_capacities` shadow capacities of sampled traffic
   (a quarter of a window: a miniature of the learned policy parts from recency's hit rate only after a few
   capacities, and each capacity the live tree stays on recency after that is lost), and changes only once
