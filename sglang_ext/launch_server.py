@@ -33,9 +33,7 @@ CPU_DEFAULTS = {
     "--max-total-tokens": "8192",
     "--dtype": "bfloat16",
 }
-# --sleep-on-idle: an idle scheduler otherwise busy-polls its sockets, a whole core each on this CPU (a test session
-# keeps several servers up); it then waits on them instead, so a request wakes it at once (latency alike: RESULTS.md)
-CPU_FLAGS = ["--skip-server-warmup", "--sleep-on-idle"]
+CPU_FLAGS = ["--skip-server-warmup"]
 # oneDNN (torch's bf16 matmuls on an AVX-512/AMX CPU) caches a primitive per input shape, 1024 per cache by
 # default, and every batch's token count is a new shape: about 1 MB per new shape, and about half of the
 # scheduler's RSS growth per request in the soak (benchmarks/RESULTS.md, memory over time). Bounded here unless
