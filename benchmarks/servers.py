@@ -124,13 +124,13 @@ class Server:
 def stock_args(model_path: Optional[str] = None) -> List[str]:
     """Flags that make `sglang.launch_server` serve what `sglang_ext.launch_server` serves by default."""
     from sglang_ext.embedded_model import ensure_embedded_model
-    from sglang_ext.launch_server import CPU_DEFAULTS, CPU_FLAGS, cuda_available
+    from sglang_ext.launch_server import CPU_DEFAULTS, CPU_FLAGS, CPU_IDLE_FLAGS, cuda_available
 
     args = ["--model-path", model_path or str(ensure_embedded_model())]
     if not cuda_available():
         for flag, value in CPU_DEFAULTS.items():
             args += [flag, value]
-        args += CPU_FLAGS
+        args += CPU_FLAGS + CPU_IDLE_FLAGS  # stock servers have no peer tier
     return args
 
 

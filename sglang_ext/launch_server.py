@@ -34,6 +34,11 @@ CPU_DEFAULTS = {
     "--dtype": "bfloat16",
 }
 CPU_FLAGS = ["--skip-server-warmup"]
+# An idle scheduler busy-polls its sockets, a whole core each on this CPU (a test session keeps several servers up);
+# with this flag it waits on them, and a request wakes it at once (same latency: benchmarks/RESULTS.md, "Idle
+# schedulers sleep on CPU"). Not with a peer tier: a restarted peer was never found again by a sleeping server
+# (tests/peer/test_two_servers.py), so those keep SGLang's spinning loop.
+CPU_IDLE_FLAGS = ["--sleep-on-idle"]
 # oneDNN (torch's bf16 matmuls on an AVX-512/AMX CPU) caches a primitive per input shape, 1024 per cache by
 # default, and every batch's token count is a new shape: about 1 MB per new shape, and about half of the
 # scheduler's RSS growth per request in the soak (benchmarks/RESULTS.md, memory over time). Bounded here unless
@@ -141,7 +146,8 @@ def apply_defaults(argv: List[str], cuda: bool) -> tuple[List[str], List[str]]:
         if not has_flag(argv, flag):
             argv += [flag, value]
             added.append(f"{flag} {value}")
-    for flag in CPU_FLAGS:
+    idle = [] if has_flag(argv, "--hicache-storage-backend") else CPU_IDLE_FLAGS
+    for flag in CPU_FLAGS + idle:
         if not has_flag(argv, flag):
             argv.append(flag)
             added.append(flag)
