@@ -130,7 +130,7 @@ def stock_args(model_path: Optional[str] = None) -> List[str]:
     if not cuda_available():
         for flag, value in CPU_DEFAULTS.items():
             args += [flag, value]
-        args += CPU_FLAGS + CPU_IDLE_FLAGS  # stock servers have no peer tier
+        args += CPU_FLAGS + CPU_IDLE_FLAGS
     return args
 
 

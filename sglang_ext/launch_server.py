@@ -36,8 +36,8 @@ CPU_DEFAULTS = {
 CPU_FLAGS = ["--skip-server-warmup"]
 # An idle scheduler busy-polls its sockets, a whole core each on this CPU (a test session keeps several servers up);
 # with this flag it waits on them, and a request wakes it at once (same latency: benchmarks/RESULTS.md, "Idle
-# schedulers sleep on CPU"). Not with a peer tier: a restarted peer was never found again by a sleeping server
-# (tests/peer/test_two_servers.py), so those keep SGLang's spinning loop.
+# schedulers sleep on CPU"). HiCache's copies finish on threads that do not wake it: one still in flight when the
+# server goes idle is acknowledged (and written on to a peer) at the next poll, at most 1 s later.
 CPU_IDLE_FLAGS = ["--sleep-on-idle"]
 # oneDNN (torch's bf16 matmuls on an AVX-512/AMX CPU) caches a primitive per input shape, 1024 per cache by
 # default, and every batch's token count is a new shape: about 1 MB per new shape, and about half of the
@@ -146,8 +146,7 @@ def apply_defaults(argv: List[str], cuda: bool) -> tuple[List[str], List[str]]:
         if not has_flag(argv, flag):
             argv += [flag, value]
             added.append(f"{flag} {value}")
-    idle = [] if has_flag(argv, "--hicache-storage-backend") else CPU_IDLE_FLAGS
-    for flag in CPU_FLAGS + idle:
+    for flag in CPU_FLAGS + CPU_IDLE_FLAGS:
         if not has_flag(argv, flag):
             argv.append(flag)
             added.append(flag)

@@ -1,5 +1,5 @@
 """The CPU server bounds oneDNN's per-shape caches (they grew the scheduler ~1 MB per request), unless the user
-chose a capacity; and its idle scheduler sleeps instead of spinning (but with a peer tier), in ours and in the
+chose a capacity; and its idle scheduler sleeps instead of spinning (a peer tier too), in ours and in the
 stock servers we compare."""
 
 from sglang_ext.launch_server import CPU_ENV_DEFAULTS, apply_defaults, bound_cpu_caches
@@ -31,7 +31,7 @@ def test_an_idle_cpu_scheduler_sleeps_in_ours_and_in_the_stock_servers_we_compar
     assert "--sleep-on-idle" in stock_args("m")  # stock and ours compare caches, not idle loops
     assert "--sleep-on-idle" not in apply_defaults(["--model-path", "m"], cuda=True)[0]  # GPU: SGLang's default
     peer = ["--model-path", "m", "--enable-hierarchical-cache", "--hicache-storage-backend", "dynamic"]
-    assert "--sleep-on-idle" not in apply_defaults(peer, cuda=False)[0]  # a peer tier keeps the spinning loop
+    assert "--sleep-on-idle" in apply_defaults(peer, cuda=False)[0]  # a peer tier sleeps too
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     assert parser.parse_args(["--model-path", "m", "--sleep-on-idle"]).sleep_on_idle  # the pinned SGLang's flag
