@@ -16,7 +16,8 @@ from tiers.peer import overlap
 from transfer.base import deadline_in
 
 
-def test_a_thread_and_the_caller_meet_in_a_run_and_hash_each_item_once(monkeypatch):
+@pytest.mark.parametrize("gil_bound", [False, True], ids=["hash-releases-the-gil", "threads-hand-the-gil-over"])
+def test_a_thread_and_the_caller_meet_in_a_run_and_hash_each_item_once(monkeypatch, gil_bound):
     """The last run: the thread takes its first item and waits there until the caller (which first waits
     for the thread to be on it) has hashed the run's last item."""
     monkeypatch.setattr(overlap, "HASH_THREADS", 1)  # one pool job per run
@@ -41,7 +42,7 @@ def test_a_thread_and_the_caller_meet_in_a_run_and_hash_each_item_once(monkeypat
         return f"c{i}"
 
     sums = overlap.move_and_hash(runs, lambda run: None, checksum, deadline=deadline_in(30), hash_first=False,
-                                 slice_items=1, threads=True)
+                                 slice_items=1, threads=True, gil_bound=gil_bound)
     assert sums == [[f"c{i}" for i in run] for run in runs]
     assert sorted(by) == list(range(10))
     last = [by[i] for i in runs[1]]

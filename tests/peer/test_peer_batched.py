@@ -83,21 +83,33 @@ def _lie_in(op, lie):
 
 def _set(field, value):
     def lie(resp, client):
-        entries = resp.get("pages") or resp.get("slots")
-        entries[1][field] = value(client) if callable(value) else value
+        resp["slots"][1][field] = value(client) if callable(value) else value
     return lie
 
 
+def _set_found(column, value):
+    def lie(resp, client):
+        resp[column][1] = value(client) if callable(value) else value
+    return lie
+
+
+def _drop_last(column):
+    return lambda resp, c: resp[column].pop()
+
+
 LOOKUP_LIES = {
-    "offset past the pool": _set("offset", lambda c: c._pool_bytes),
-    "offset before the pool": _set("offset", -PAGE),
-    "offset off the page grid": _set("offset", PAGE // 2),
-    "offset a boolean": _set("offset", True),
-    "offset a string": _set("offset", "0"),
-    "checksum not a string": _set("checksum", 5),
-    "one page too few": lambda resp, c: resp["pages"].pop(),
-    "one page too many": lambda resp, c: resp["pages"].append(dict(resp["pages"][0])),
-    "page not an object": lambda resp, c: resp["pages"].__setitem__(1, [0, "x"]),
+    "offset past the pool": _set_found("offsets", lambda c: c._pool_bytes),
+    "offset before the pool": _set_found("offsets", -PAGE),
+    "offset off the page grid": _set_found("offsets", PAGE // 2),
+    "offset a boolean": _set_found("offsets", True),
+    "offset a string": _set_found("offsets", "0"),
+    "checksum not a string": _set_found("checksums", 5),
+    "checksum missing for a found page": _set_found("checksums", None),
+    "one offset too few": _drop_last("offsets"),
+    "one checksum too few": _drop_last("checksums"),
+    "one page too many": lambda resp, c: (resp["offsets"].append(resp["offsets"][0]),
+                                          resp["checksums"].append(resp["checksums"][0])),
+    "offsets not a list": lambda resp, c: resp.__setitem__("offsets", {"0": resp["offsets"][0]}),
 }
 
 
@@ -120,7 +132,7 @@ def test_a_lying_lookup_answer_moves_no_bytes(peer_factory, transport, monkeypat
 def test_a_probe_answered_with_the_wrong_number_of_pages_fails(peer_factory, transport, monkeypatch):
     c = flat_client(peer_factory("--capacity-gb", "0.01"), transport)
     assert all(c.put("ns", keys(4), Flat(transport, 4, seed=35).pages))
-    monkeypatch.setattr(PeerClient, "_roundtrip", _lie_in("lookup", LOOKUP_LIES["one page too few"]))
+    monkeypatch.setattr(PeerClient, "_roundtrip", _lie_in("lookup", LOOKUP_LIES["one offset too few"]))
     with pytest.raises(TransferError):
         c.exists("ns", keys(4))  # not three answers for four keys, zipped into three hits and a silent gap
     monkeypatch.undo()

@@ -59,8 +59,8 @@ def test_bytes_served_for_another_key_are_a_miss(peer_factory, transport, monkey
     def swapping(self, body, deadline):
         resp, blob = real(self, body, deadline)
         if body["op"] == "lookup" and body.get("pin"):
-            p = resp["pages"]
-            p[1]["offset"], p[2]["offset"] = p[2]["offset"], p[1]["offset"]
+            p = resp["offsets"]
+            p[1], p[2] = p[2], p[1]
         return resp, blob
 
     monkeypatch.setattr(PeerClient, "_roundtrip", swapping)

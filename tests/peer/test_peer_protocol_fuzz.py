@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from tests.peer.test_peer_server import PAGE, Pages, client, keys
 from tiers.clock import ManualClock
+from tiers.peer.protocol import PROTOCOL_VERSION
 from tiers.peer.requests import MAX_KEY_CHARS, MAX_KEYS, MAX_NS_CHARS, MAX_REQUEST_BYTES
 from tiers.peer.server import PeerServer
 from tiers.peer.store import PageStore
@@ -82,7 +83,7 @@ def valid_request(draw) -> dict:
     op = draw(st.sampled_from(["hello", "alloc", "commit", "lookup", "report", "stats"]))
     ks = draw(st.lists(KEY, max_size=8))
     if op == "hello":
-        return {"op": op, "version": 1, "page_bytes": PAGE, "client": draw(st.text(max_size=16))}
+        return {"op": op, "version": PROTOCOL_VERSION, "page_bytes": PAGE, "client": draw(st.text(max_size=16))}
     if op == "stats":
         return {"op": op}
     req = {"op": op, "ns": draw(NS), "keys": ks}
@@ -227,7 +228,7 @@ def test_a_hello_cannot_set_a_page_size_that_makes_a_huge_index(peer_factory, tr
     8 million slots, beyond the cap. (Sizes below the floor are refused in test_peer_store.py.)"""
     peer = peer_factory("--capacity-gb", "0.5")
     with connect(peer) as sock:
-        resp = call(sock, {"op": "hello", "version": 1, "page_bytes": 64, "client": "t"})
+        resp = call(sock, {"op": "hello", "version": PROTOCOL_VERSION, "page_bytes": 64, "client": "t"})
         assert resp["ok"] is False and "slots" in resp["error"], resp
         assert call(sock, {"op": "stats"})["stats"]["page_bytes"] == 0  # nothing was formatted
     c = client(peer, transport)  # a sane page size is taken afterwards
@@ -281,7 +282,7 @@ def test_an_idle_connection_is_closed_by_the_injected_clock():
                         clock=clock).start()
     try:
         sock = socket.create_connection(("127.0.0.1", server.port), timeout=REPLY_S)
-        assert call(sock, {"op": "hello", "version": 1, "page_bytes": PAGE, "client": "t"})["ok"]
+        assert call(sock, {"op": "hello", "version": PROTOCOL_VERSION, "page_bytes": PAGE, "client": "t"})["ok"]
         for _ in range(3):
             clock.advance(29.0)  # under the timeout since the last request: still served
             assert call(sock, {"op": "stats"})["ok"]

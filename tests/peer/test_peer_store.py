@@ -90,15 +90,15 @@ def test_a_probe_then_a_read_counts_one_hit_and_bumps_recency_once():
         slot = s._index[("ns", k)]
         slot.writing, slot.lease_until = False, 0.0  # as commit leaves it (the bytes do not matter here)
     probe = s.lookup("ns", ["a", "b", "x"], pin=False)
-    assert [p is not None for p in probe] == [True, True, False]
+    assert [o is not None for o in probe.offsets] == [True, True, False]
     assert (s.stats().hits, s.stats().misses) == (0, 1)  # the probe counts only its miss
     read = s.lookup("ns", ["a"], pin=True)
-    assert read == [probe[0]]
+    assert (read.offsets, read.checksums) == (probe.offsets[:1], probe.checksums[:1])
     assert (s.stats().hits, s.stats().misses) == (1, 1)
     # recency: `a` was read, `b` only probed; so `b` is the least recent and goes first
     s.clock.advance(READ_LEASE_S + 1)  # past a's read lease
     assert s.alloc("ns", ["d"])[0]["state"] == "alloc"
-    assert [p is not None for p in s.lookup("ns", ["a", "b", "c"], pin=False)] == [True, False, True]
+    assert [o is not None for o in s.lookup("ns", ["a", "b", "c"], pin=False).offsets] == [True, False, True]
 
 
 def test_lookups_feed_the_policy_its_miss_traffic():

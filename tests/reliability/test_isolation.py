@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tiers.peer.protocol import page_checksum, scoped_key
+from tiers.peer.protocol import PROTOCOL_VERSION, page_checksum, scoped_key
 from sglang_ext.serving_cache import tenant_label
 from benchmarks.servers import peer_stats, wait_for_peer_pages
 from tests.reliability.conftest import server_args
@@ -78,16 +78,16 @@ def test_a_client_cannot_plant_a_page_under_another_namespace(peer_factory):
     page_bytes = 4096
     zeros = bytes(page_bytes)
     with socket.create_connection(("127.0.0.1", peer.port), timeout=10) as sock:
-        assert _call(sock, {"op": "hello", "version": 1, "page_bytes": page_bytes, "client": "t"})["ok"]
+        assert _call(sock, {"op": "hello", "version": PROTOCOL_VERSION, "page_bytes": page_bytes, "client": "t"})["ok"]
         # An honest write under namespace A (the pool starts zeroed, so the page bytes are zeros).
         slots = _call(sock, {"op": "alloc", "ns": "tenant=A", "keys": ["k1"]})["slots"]
         assert slots[0]["state"] == "alloc"
         checksum_a = page_checksum(scoped_key("tenant=A", "k1"), [(_addr(zeros), page_bytes)])
         assert _call(sock, {"op": "commit", "ns": "tenant=A", "keys": ["k1"], "checksums": [checksum_a]})["stored"] == [True]
         # Read with namespace B: a miss, though the key is the same.
-        assert _call(sock, {"op": "lookup", "ns": "tenant=B", "keys": ["k1"], "pin": False})["pages"] == [None]
-        found = _call(sock, {"op": "lookup", "ns": "tenant=A", "keys": ["k1"], "pin": False})["pages"][0]
-        assert found["checksum"] == checksum_a
+        assert _call(sock, {"op": "lookup", "ns": "tenant=B", "keys": ["k1"], "pin": False})["offsets"] == [None]
+        found = _call(sock, {"op": "lookup", "ns": "tenant=A", "keys": ["k1"], "pin": False})
+        assert found["checksums"] == [checksum_a]
         # The checksum binds the key: the same bytes under B's key do not verify against A's checksum.
         assert page_checksum(scoped_key("tenant=B", "k1"), [(_addr(zeros), page_bytes)]) != checksum_a
         # Planting: a page allocated under B, committed with a checksum made for A's key, is refused.
@@ -95,7 +95,7 @@ def test_a_client_cannot_plant_a_page_under_another_namespace(peer_factory):
         assert slots[0]["state"] == "alloc"
         forged = page_checksum(scoped_key("tenant=A", "k2"), [(_addr(zeros), page_bytes)])
         assert _call(sock, {"op": "commit", "ns": "tenant=B", "keys": ["k2"], "checksums": [forged]})["stored"] == [False]
-        assert _call(sock, {"op": "lookup", "ns": "tenant=B", "keys": ["k2"], "pin": False})["pages"] == [None]
+        assert _call(sock, {"op": "lookup", "ns": "tenant=B", "keys": ["k2"], "pin": False})["offsets"] == [None]
 
 
 _KEEP = []

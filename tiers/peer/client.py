@@ -8,7 +8,7 @@ import socket
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tiers.peer.overlap import CHUNK_BYTES, HASH_SLICE_BYTES, chunks, move_and_hash, saturated
+from tiers.peer.overlap import CHUNK_BYTES, GIL_RELEASED_ABOVE, HASH_SLICE_BYTES, chunks, move_and_hash, saturated
 from tiers.peer.protocol import PROTOCOL_VERSION, PeerError, page_checksum, scoped_key
 from tiers.peer.requests import MAX_CHECKSUM_CHARS
 from tiers.peer.store import StoreStats
@@ -140,22 +140,26 @@ class PeerClient:
         """A lookup answer checked field by field: (offset, checksum) or None per key. The peer may lie:
         an offset must name a whole slot inside the pool it announced (so every READ stays inside memory
         the peer registered), a checksum must be a string; anything else fails the call (TransferError)."""
-        pages = resp["pages"]
-        if not isinstance(pages, list) or len(pages) != n:
-            raise TransferError(f"peer {self.address} answered a lookup of {n} keys with a malformed page list")
+        offsets, checksums = self._columns(resp, n)
         out: List[Optional[Tuple[int, str]]] = []
         last, grid = self._pool_bytes - self.page_bytes, self.page_bytes
-        for p in pages:
-            if p is None:
+        for offset, checksum in zip(offsets, checksums):
+            if offset is None:
                 out.append(None)
-                continue
-            offset, checksum = p["offset"], p["checksum"]
-            if (type(offset) is not int or not 0 <= offset <= last or offset % grid  # `type`: no bool
+            elif (type(offset) is not int or not 0 <= offset <= last or offset % grid  # `type`: no bool
                     or type(checksum) is not str or len(checksum) > MAX_CHECKSUM_CHARS):
                 raise TransferError(f"peer {self.address} answered a lookup with slot {offset!r} (pool of "
                                     f"{self._pool_bytes} bytes) or a bad checksum")
-            out.append((offset, checksum))
+            else:
+                out.append((offset, checksum))
         return out
+
+    def _columns(self, resp: dict, n: int) -> Tuple[list, list]:
+        """A lookup answer's two lists, one item per asked key (a list of another length fails the call)."""
+        offsets, checksums = resp["offsets"], resp["checksums"]
+        if type(offsets) is not list or type(checksums) is not list or not len(offsets) == len(checksums) == n:
+            raise TransferError(f"peer {self.address} answered a lookup of {n} keys with malformed lists")
+        return offsets, checksums
 
     # --- operations ---
     def put(self, ns: str, keys: Sequence[str], pages: Sequence[Sequence[Range]],
@@ -206,6 +210,7 @@ class PeerClient:
             hash_first,
             slice_items=max(1, HASH_SLICE_BYTES // self.page_bytes),
             threads=threads,
+            gil_bound=max(n for _, n in pages[todo[0]]) <= GIL_RELEASED_ABOVE,
         )
         return {i: c for run, cs in zip(runs, sums) for i, c in zip(run, cs)}
 
@@ -260,10 +265,7 @@ class PeerClient:
 
     def _exists(self, deadline, ns, keys) -> List[bool]:
         resp, _ = self._roundtrip({"op": "lookup", "ns": ns, "keys": keys, "pin": False}, deadline)
-        pages = resp["pages"]
-        if not isinstance(pages, list) or len(pages) != len(keys):
-            raise TransferError(f"peer {self.address} answered a probe of {len(keys)} keys with a malformed list")
-        return [p is not None for p in pages]
+        return [o is not None for o in self._columns(resp, len(keys))[0]]
 
     def stats(self) -> StoreStats:
         return self._call(lambda d: StoreStats(**self._roundtrip({"op": "stats"}, d)[0]["stats"]))

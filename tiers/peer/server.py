@@ -264,7 +264,8 @@ class PeerServer:
 
     def _lookup(self, req):
         ns, keys, pin = requests.namespace(req), requests.keys(req), requests.flag(req, "pin", False)
-        return {"pages": self.store.lookup(ns, keys, pin)}, b""
+        found = self.store.lookup(ns, keys, pin)
+        return {"offsets": found.offsets, "checksums": found.checksums}, b""
 
     def _report(self, req):
         return {"dropped": self.store.report(requests.namespace(req), requests.keys(req))}, b""
