@@ -9,12 +9,13 @@ import time
 
 import pytest
 
-from benchmarks.servers import wait_for_peer_pages
+from benchmarks.servers import peer_stats, wait_for_peer_pages
 from tests.support import start_server
 
 pytestmark = pytest.mark.server
 WORDS = "cache token prefix session tenant model server request reply host device peer memory block page tree".split()
 BACKUP_DEADLINE_S = 60.0
+SHARED_LEAD = 8  # random prompts over 17 words share at most a couple of leading tokens
 
 
 def words(seed: int, n: int) -> str:
@@ -74,13 +75,18 @@ def test_dead_peer_is_a_recompute_and_a_restarted_peer_hits_again(peer_and_serve
     assert miss["output_ids"] == reference["output_ids"]
 
     peer.start()  # same port, empty pool
-    # Both servers skip a failed peer for a short back-off and reconnect after it, so the first prompts after the
-    # restart may still be misses: try a few fresh prompts (bounded) until one is written by A and found by B.
-    for attempt in range(6):
+    # Both servers skip a failed peer for a back-off (2 s of wall clock) and reconnect after it, so prompts sent
+    # inside it are misses: send fresh prompts until one is written by A and found by B, bounded by a deadline.
+    # Each wait counts from the peer's pages before that prompt, so it waits for this prompt's write-back (less a
+    # few leading tokens it may share with an earlier prompt, whose pages the peer already holds).
+    deadline = time.monotonic() + BACKUP_DEADLINE_S
+    for attempt in range(100):
+        assert time.monotonic() < deadline, "the restarted peer never served server B"
         fresh = words(3 + attempt, 500)
+        before = peer_stats(peer.port)["used_pages"]
         on_a = a.generate(fresh, return_cached_tokens_details=True)
         try:
-            wait_for_pages(peer, on_a["meta_info"]["prompt_tokens"] - 1, deadline_s=15)
+            wait_for_pages(peer, before + on_a["meta_info"]["prompt_tokens"] - 1 - SHARED_LEAD, deadline_s=15)
         except AssertionError:
             continue
         on_b = b.generate(fresh, return_cached_tokens_details=True)
