@@ -83,7 +83,8 @@ def peek_path(root, key, page_size: int):
 
 
 class _TreeShadow:
-    """A simulated tree as a shadow cache (tiers.shadow.Shadow): serves a request's insert, reports its hit."""
+    """A simulated tree as a shadow cache (tiers.shadow.Shadow): serves a request's insert, reports its hit (what
+    the insert's own walk matched: one walk per request, as on the live tree)."""
 
     def __init__(self, cache: "TieredRadixCache"):
         self.cache = cache
@@ -91,9 +92,28 @@ class _TreeShadow:
     def request(self, request) -> tuple:
         key, priority, ttl_s = request
         cache = self.cache
-        _, matched, _ = peek_path(cache.root_node, key, cache.page_size)
-        cache.insert(InsertParams(key=key, priority=priority), ttl_s=ttl_s)
-        return matched, len(key)
+        cache.insert(InsertParams(key=key, value=_Span(len(key)), priority=priority), ttl_s=ttl_s)
+        return cache.last_matched, len(key)
+
+
+class _Span:
+    """A shadow's KV value: only its length. A shadow has no pool, and SGLang's insert only slices, measures and
+    clones values; its fallback, a tensor of the key's token ids cloned in slices at every split, grows with the
+    prompt (one radix token per prompt token in the server)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, s: slice) -> "_Span":
+        return _Span(len(range(self.n)[s]))
+
+    def clone(self) -> "_Span":
+        return self
 
 
 class _DeclinedWhileRunning(Exception):
@@ -153,6 +173,7 @@ class TieredRadixCache(RadixCache):
         self._decided_req = False  # inside a cache_*_req whose request was recorded and decided before
         self._declined_in_finished = False
         self._n = _Counters()
+        self.last_matched = 0  # the cached prefix of the latest insert (a shadow's hit)
         self._tuning = tuning
         self.tuner: Optional[ShadowTuner] = None
         super().__init__(params)  # calls reset(), which builds the policy
@@ -246,6 +267,7 @@ class TieredRadixCache(RadixCache):
         self._n.inserts += 1
 
         path, matched, anchor = self._peek(key)
+        self.last_matched = matched
         remainder = len(key) - matched
         cand_key = self._child_tier_key(anchor, key.child_key_at(matched, self.page_size)) if remainder else None
         if remainder and self._simulated:

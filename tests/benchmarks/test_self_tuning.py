@@ -16,7 +16,7 @@ from benchmarks.workloads import GenConfig, generate_rows
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang_ext.simulated_host import simulated_hicache
-from sglang_ext.tiered_cache import TieredRadixCache
+from sglang_ext.tiered_cache import TieredRadixCache, peek_path
 from sglang_ext.tiered_hicache import TieredHiRadixCache, _HostTierShadow
 from tiers.clock import ManualClock
 from tiers.shadow import DEFAULT_SETTINGS, LRU, TuningConfig
@@ -91,6 +91,42 @@ def _chat_hit_rates(seed: int, rate: float):
 def test_a_sampled_miniature_tracks_the_full_cache_within_0_04(seed):
     full, shadow = _chat_hit_rates(seed, 0.25)
     assert abs(full - shadow) <= 0.04, (full, shadow)
+
+
+def _nodes(cache):
+    stack, out = [cache.root_node], []
+    while stack:
+        node = stack.pop()
+        out.extend(node.children.values())
+        stack.extend(node.children.values())
+    return out
+
+
+@pytest.mark.parametrize("setting", DEFAULT_SETTINGS, ids=lambda s: s.name)
+def test_a_shadow_serves_each_request_as_the_simulated_tree_does(setting):
+    """A shadow's insert carries lengths, not token tensors, and reports the hit its own walk matched: request by
+    request it must serve what the simulated tree does with SGLang's tensor values and a read-only walk, and
+    every node's value must keep its key's length through splits and evictions."""
+    rng = random.Random(3)
+    heads = [[rng.randrange(100, 30000) for _ in range(rng.randrange(20, 200))] for _ in range(12)]
+    clock = ManualClock(0.0)
+    live = TieredRadixCache.create_simulated("tinylfu", 4_000, clock=clock)
+    shadow = live._make_shadow(setting, 1_000)
+    config = {"class_capacity": 4_000, "prior_weight": 1_000 / 4_000}
+    reference = TieredRadixCache.create_simulated("tinylfu", 1_000, clock=clock, policy_config=config)
+    reference._steer(setting)
+    for i in range(600):
+        clock.set(float(i))
+        head = rng.choice(heads)
+        prompt = head[: rng.randrange(1, len(head) + 1)] + [rng.randrange(100, 30000) for _ in range(rng.randrange(0, 60))]
+        key, ttl_s = RadixKey(array("q", prompt)), (30.0 if i % 7 == 0 else None)
+        expected = peek_path(reference.root_node, key, 1)[1]  # match_prefix would split a node: a change
+        reference.insert(InsertParams(key=key, value=torch.arange(len(prompt))), ttl_s=ttl_s)
+        assert shadow.request((key, 0, ttl_s)) == (expected, len(prompt)), i
+    cache = shadow.cache
+    assert cache.tier_stats().evictions == reference.tier_stats().evictions > 0
+    assert cache.tier_stats().size_tokens == reference.tier_stats().size_tokens
+    assert all(len(n.value) == len(n.key) for n in _nodes(cache))
 
 
 def _scan_then_hot(cache, n: int, seed: int = 0) -> float:
