@@ -103,6 +103,8 @@ class ServedRequests:
         # SGLang splits each request's cached prefix by where it came from (device / host / storage=peer tier)
         self._tier_hits = {tier: {"hit_requests": 0, "hit_tokens": 0} for tier in HIT_TIERS}
         self._metrics = PrometheusCounters() if enable_metrics else None
+        if not signal_tiers:  # a shadow cache: no operator reads its signals
+            return
         self._signals = ServingSignals(signal_tiers, self.token_to_kv_pool_allocator,
                                        getattr(self, "_tier_clock", None))
         self.kv_events = SignalingRecorder(self.kv_events, self._signals)  # every store/removal, every tier
@@ -115,7 +117,8 @@ class ServedRequests:
             n = getattr(req, f"cached_tokens_{tier}", 0) or 0
             hits["hit_requests"] += n > 0
             hits["hit_tokens"] += n
-            self._signals.hit(tier, n)
+            if self._signals is not None:
+                self._signals.hit(tier, n)
 
     def _take_request_ttl(self, req) -> Optional[float]:
         ttl, refused = request_ttl_s(req)
@@ -134,7 +137,7 @@ class ServedRequests:
 
     def refresh_signals(self) -> None:
         """Export the signal counters and gauges now (the scheduler calls this while idle)."""
-        if self._metrics is not None:
+        if self._metrics is not None and self._signals is not None:
             storage = getattr(getattr(self, "cache_controller", None), "storage_backend", None)
             self._metrics.sync(self._signals.counts(self.tier_counters(), storage))
             self._signals.export_gauges(self.retention.retained_size)

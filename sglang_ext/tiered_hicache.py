@@ -115,10 +115,12 @@ class _HostTierShadow:
 class TieredHiRadixCache(ServedRequests, HiRadixCache):
     def __init__(self, params, server_args, *, policy: str = "tinylfu", policy_config: Optional[Dict[str, Any]] = None,
                  retention_budget: float = 0.5, enable_metrics: bool = False, stats_tenants: bool = False,
-                 clock=None, strict: bool = False, tuning: Optional[TuningConfig] = None, scale: float = 1.0):
+                 clock=None, strict: bool = False, tuning: Optional[TuningConfig] = None, scale: float = 1.0,
+                 signals: bool = True):
         """`tuning`: the self-tuner (tiers.shadow), whose shadows are miniatures of this class on simulated pools;
         `scale`: this tree is such a miniature, at that fraction of the cache it stands for (its policies size
-        their classes against the full tiers and weigh their priors by the scale)."""
+        their classes against the full tiers and weigh their priors by the scale); `signals`: feed the operator
+        signals of /tiers/stats and /metrics (off in a shadow, whose work is charged to the policy)."""
         self._policy_name, self._policy_config = policy, dict(policy_config or {})
         self._tuning, self._scale = tuning, scale
         self._strict = strict  # raise when a policy's view drifts from the tree (tests); else log and fall back
@@ -131,7 +133,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             raise ValueError("--hicache-write-policy write_back does not work with the tiered cache (its eviction "
                              "backs up leaves whose parents are not on the host); use write_through or "
                              "write_through_selective")
-        self._init_served(enable_metrics, stats_tenants, signal_tiers=("device", "host"))
+        self._init_served(enable_metrics, stats_tenants, signal_tiers=("device", "host") if signals else ())
         self._clock, self._retention_budget = clock or MonotonicClock(), retention_budget
         self._fresh_policy_state()
 
@@ -167,14 +169,14 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
 
     def _make_shadow(self, setting: Setting, device_tokens: int) -> _HostTierShadow:
         """A miniature of this cache running `setting`: this class on simulated pools, both tiers scaled alike,
-        the same policy, retention budget and clock; no tuner, no serving counters, no KV."""
+        the same policy, retention budget and clock; no tuner, no signals, no KV."""
         scale = device_tokens / max(1, int(self.token_to_kv_pool_allocator.size))
         host_tokens = max(1, round(int(self.cache_controller.mem_pool_host.size) * scale))
         shadow = simulated_hicache(
             TieredHiRadixCache, device_tokens, host_tokens, record_host_evictions=False,
             load_back_threshold=self.load_back_threshold,  # in tokens, as the shadow's page of 1 token
             policy=self._policy_name, policy_config=self._policy_config, retention_budget=self._retention_budget,
-            clock=self._clock, strict=self._strict, scale=scale)
+            clock=self._clock, strict=self._strict, scale=scale, signals=False)
         shadow._steer(setting)
         return _HostTierShadow(shadow)
 
@@ -509,5 +511,6 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             out["tenants"] = self.occupancy_by_tenant()
         if self.tuner is not None:
             out["tuning"] = dataclasses.asdict(self.tuner.stats())
-        self._signals.tier_stats(out["tiers"])
+        if self._signals is not None:
+            self._signals.tier_stats(out["tiers"])
         return out

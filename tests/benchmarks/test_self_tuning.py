@@ -208,10 +208,13 @@ def test_the_host_tier_tuner_leaves_recency_when_a_scan_would_flush_both_tiers()
     assert tuned.device_view.inner.order == tuned.host_view.inner.order == "learned"
     assert lru_only.device_view.inner.order == lru_only.host_view.inner.order == "recency"
     assert lru_rate < 0.05 and tuned_rate > 0.15
-    # the shadows' host pools evicted, and kept no log of it (nobody drains one in the server)
+    # the shadows' host pools evicted, and kept no log of it (nobody drains one in the server); they feed no
+    # operator signals (their work is charged to the policy), while the live tree does
+    assert tuned.tier_stats_dict()["tiers"]["device"]["stored_entries"] > 0
     for _, shadow in tuned.tuner.shadows:
         controller = shadow.cache.cache_controller
         assert controller.mem_pool_host.freed_tokens > 0 and controller.host_evicted == []
+        assert shadow.cache._signals is None and "stored_entries" not in shadow.cache.tier_stats_dict()["tiers"]["device"]
 
 
 def test_the_replay_with_a_host_tier_runs_the_tuner_and_reports_it():
