@@ -161,19 +161,21 @@ class OutputTokens:
         return array("q", range(first, first - n, -1))
 
 
-def insert_chunks(cache, prompt: array, ends: Sequence[int], priority: int = 0) -> None:
+def insert_chunks(cache, prompt: array, ends: Sequence[int], priority: int = 0, salt: Optional[str] = None) -> None:
     """The inserts of a chunked prefill, as `cache_unfinished_req(chunked=True)` makes them: each prompt prefix
-    in `ends`, marked chunked (SGLang records and decides nothing for it; nor does TieredRadixCache)."""
+    in `ends`, marked chunked (SGLang records and decides nothing for it; nor does TieredRadixCache). `salt`: the
+    request's tenant, SGLang's `cache_salt` (the key's namespace)."""
     import torch
 
     _, InsertParams, _, RadixKey = _radix_api()
     for end in ends:
         part = prompt[:end]
-        cache.insert(InsertParams(key=RadixKey(part), value=torch.tensor(part, dtype=torch.int64), priority=priority,
-                                  chunked=True))
+        cache.insert(InsertParams(key=RadixKey(part, cache_salt=salt), value=torch.tensor(part, dtype=torch.int64),
+                                  priority=priority, chunked=True))
 
 
-def insert_finished(cache, prompt: array, output: array, priority: int = 0, **insert_kwargs):
+def insert_finished(cache, prompt: array, output: array, priority: int = 0, salt: Optional[str] = None,
+                    **insert_kwargs):
     """Cache a finished request as SGLang's cache_finished_req does: prompt + output, then (if there is
     output and the first insert kept anything) the prompt again, topology only. Returns the first insert's
     result."""
@@ -182,10 +184,11 @@ def insert_finished(cache, prompt: array, output: array, priority: int = 0, **in
     _, InsertParams, _, RadixKey = _radix_api()
     ids = prompt + output if output else prompt
     value = torch.tensor(ids, dtype=torch.int64)
-    result = cache.insert(InsertParams(key=RadixKey(ids), value=value, priority=priority), **insert_kwargs)
+    result = cache.insert(InsertParams(key=RadixKey(ids, cache_salt=salt), value=value, priority=priority),
+                          **insert_kwargs)
     if output and result.prefix_len < len(ids):
-        cache.insert(InsertParams(key=RadixKey(prompt), value=value[: len(prompt)], priority=priority + 1,
-                                  chunked=True))
+        cache.insert(InsertParams(key=RadixKey(prompt, cache_salt=salt), value=value[: len(prompt)],
+                                  priority=priority + 1, chunked=True))
     return result
 
 
@@ -264,7 +267,8 @@ class StockRadixEngine:
         ids = units.tokens(kept)
         whole = ids if len(kept) == len(req.blocks) else units.tokens(req.blocks)
         outputs = self.outputs
-        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(outputs.match_key(whole))))
+        key = RadixKey(outputs.match_key(whole), cache_salt=req.tenant)  # tenants are namespaces, as in a server
+        match = self.cache.match_prefix(MatchPrefixParams(key=key))
         hit_tokens = len(match.device_indices)
         hit = outputs.hit_blocks(hit_tokens, whole, units.per_block)
         node = match.last_device_node
@@ -276,8 +280,8 @@ class StockRadixEngine:
                 t0 = time.perf_counter_ns()
                 self.cache.evict(EvictParams(num_tokens=overflow))
                 self._policy_ns += time.perf_counter_ns() - t0
-            insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), hit_tokens), req.priority)
-            insert_finished(self.cache, ids, output, req.priority)
+            insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), hit_tokens), req.priority, req.tenant)
+            insert_finished(self.cache, ids, output, req.priority, req.tenant)
         finally:
             self.cache.dec_lock_ref(node)
         evicted = units.blocks(self.allocator.take())
@@ -329,11 +333,12 @@ class TieredEngine:
         units = self.units
         ids = units.tokens(req.blocks)
         outputs = self.outputs
-        matched = len(self.cache.match_prefix(MatchPrefixParams(key=RadixKey(outputs.match_key(ids)))).device_indices)
+        key = RadixKey(outputs.match_key(ids), cache_salt=req.tenant)
+        matched = len(self.cache.match_prefix(MatchPrefixParams(key=key)).device_indices)
         hit = outputs.hit_blocks(matched, ids, units.per_block)
         rejected = self.cache.tier_stats().admissions_rejected
-        insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), matched), req.priority)
-        insert_finished(self.cache, ids, outputs.of(ids), req.priority, ttl_s=req.ttl_s)
+        insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), matched), req.priority, req.tenant)
+        insert_finished(self.cache, ids, outputs.of(ids), req.priority, req.tenant, ttl_s=req.ttl_s)
         declined = req.blocks[hit:] if self.cache.tier_stats().admissions_rejected > rejected else ()
         return Access(hit_blocks=hit, evicted=units.blocks(self.allocator.take()), declined=declined)
 

@@ -97,7 +97,8 @@ class HostTierEngine:
         # a prompt longer than the device pool keeps its head (its output still has to fit)
         ids = units.tokens(req.blocks[: (self.capacity - outputs.per_request) // units.per_block])
         output = outputs.of(ids)
-        served = serve_request(self.cache, RadixKey(outputs.match_key(ids)), len(ids) + len(output),
+        key = RadixKey(outputs.match_key(ids), cache_salt=req.tenant)  # tenants are namespaces, as in a server
+        served = serve_request(self.cache, key, len(ids) + len(output),
                                lambda prefix: self._finish(ids, output, req, prefix))
         self._evict_ns += served.evict_ns
         device_hit, loaded = served.device_tokens, served.host_tokens
@@ -115,7 +116,7 @@ class HostTierEngine:
         if not self.stock:
             cache._request_ttl_s = req.ttl_s
         try:
-            result = insert_finished(cache, ids, output, req.priority)
+            result = insert_finished(cache, ids, output, req.priority, req.tenant)
         finally:
             if not self.stock:
                 cache._request_ttl_s = None

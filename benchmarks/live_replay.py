@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import re
 import signal
@@ -155,9 +156,21 @@ class Sent:
     output_ids: Tuple[int, ...] = ()  # the greedy reply, to compare servers row by row
 
 
+def row_fields(req) -> dict:
+    """What a row asks of a server besides its tokens, as a client sends it: its tenant as SGLang's `cache_salt`
+    and its TTL as `cache_control` (whole seconds, rounded up; stock SGLang ignores the field, ours retains),
+    the two things the offline twin applies to the row."""
+    fields = {}
+    if req.tenant is not None:
+        fields["cache_salt"] = str(req.tenant)
+    if req.ttl_s is not None:
+        fields["cache_control"] = {"type": "ephemeral", "ttl": f"{math.ceil(req.ttl_s)}s"}
+    return fields
+
+
 def send_row(server: Server, ids: List[int], index: int, clock: Callable[[], float] = time.perf_counter,
-             headers: Optional[dict] = None) -> Sent:
-    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+             headers: Optional[dict] = None, fields: Optional[dict] = None) -> Sent:
+    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0}, **(fields or {})}
     start = clock()
     try:
         status, reply = server.post_status("/generate", body, timeout=REQUEST_DEADLINE_S, headers=headers)
@@ -250,7 +263,7 @@ def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, 
         reqs = trace.requests
         bar = iter(track(range(len(reqs)), f"live {name}", unit="requests"))
         start = time.perf_counter()
-        sent = send_rows(lambda i: send_row(server, blocks.prompt(reqs[i].blocks), i),
+        sent = send_rows(lambda i: send_row(server, blocks.prompt(reqs[i].blocks), i, fields=row_fields(reqs[i])),
                          [r.time_s for r in reqs], cfg.speedup, cfg.concurrency,
                          progress=lambda: next(bar, None))
         wall = time.perf_counter() - start

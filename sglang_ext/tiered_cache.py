@@ -387,7 +387,7 @@ class TieredRadixCache(RadixCache):
                 calls += 1
         if ttl_s is not None:
             for node in chain:
-                self.retention.retain(node, len(node.key), ttl_s)
+                self.retention.retain(node, len(node.key), ttl_s, node.key.cache_salt)  # tenant: its namespace
         self._charge(t0, calls)
         return chain
 

@@ -439,7 +439,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             if child.evicted:
                 break
             if not (skip_retained and self.retention.is_retained(child)):
-                self.retention.retain(child, len(child.key), ttl_s)
+                self.retention.retain(child, len(child.key), ttl_s, child.key.cache_salt)
                 calls += 1
         self.device_view.charge(t0, calls)
 

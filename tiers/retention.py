@@ -6,8 +6,11 @@ victim only when unretained victims do not free enough. Retention
 - is refreshed by a hit (`touch`: the TTL restarts from now),
 - ends at expiry (exactly when the injected clock reaches `expires_at`), on `release`, or when the entry
   leaves the tier,
-- has a budget: retained size never exceeds `budget_fraction * capacity`; going over releases the oldest
-  retentions (least recently retained or refreshed) first.
+- has a budget: retained size never exceeds `budget_fraction * capacity`; going over releases retentions of the
+  tenant that holds the most retained size, its oldest (least recently retained or refreshed) first. So one
+  tenant's TTL flood gives up its own retentions before another's: a tenant holding no more than an equal
+  share of the budget keeps every retention while another tenant holds more (max-min fairness; the tenant is
+  the key's namespace, SGLang's `cache_salt`; one tenant is plain oldest-first).
 Expiry uses a heap with lazy deletion (a refresh pushes a new deadline; stale heap items are skipped), so
 nothing scans all entries. Refreshes would grow that heap with the traffic for a whole TTL (up to a day), so
 it is rebuilt from the live deadlines whenever it holds more than twice as many items as there are
@@ -87,7 +90,9 @@ class Retention:
         self._expiry: Dict[Hashable, float] = {}
         self._ttl: Dict[Hashable, float] = {}
         self._size: Dict[Hashable, int] = {}
-        self._age: "OrderedDict[Hashable, None]" = OrderedDict()  # oldest retention first
+        self._tenant: Dict[Hashable, Hashable] = {}  # entry -> its tenant
+        self._age: Dict[Hashable, "OrderedDict[Hashable, None]"] = {}  # tenant -> its entries, oldest first
+        self._tenant_size: Dict[Hashable, int] = {}  # tenant -> retained size
         self._heap: List[Tuple[float, int, Hashable]] = []
         self._seq = itertools.count()
         self.retained_size = 0
@@ -106,8 +111,9 @@ class Retention:
         self.expire()
         return len(self._expiry)
 
-    def retain(self, entry: Hashable, size: int, ttl_s: float) -> bool:
-        """Retain `entry` for `ttl_s` from now. False if it alone exceeds the budget."""
+    def retain(self, entry: Hashable, size: int, ttl_s: float, tenant: Hashable = None) -> bool:
+        """Retain `entry` of `tenant` for `ttl_s` from now. False if it alone exceeds the budget. (An entry keeps
+        the tenant it was first retained for: a tree's node never changes namespace.)"""
         ttl_s = validate_ttl_s(ttl_s)
         if size < 0:
             raise ValueError(f"size must be >= 0, got {size}")
@@ -115,10 +121,13 @@ class Retention:
         if size > self.budget:
             return False
         new = entry not in self._expiry
-        if not new:
-            self.retained_size -= self._size[entry]
+        if new:
+            self._tenant[entry] = tenant
+            self._age.setdefault(tenant, OrderedDict())
+        else:
+            self._add_size(entry, -self._size[entry])
         self._size[entry] = size
-        self.retained_size += size
+        self._add_size(entry, size)
         self._ttl[entry] = ttl_s if new else max(ttl_s, self._ttl[entry])
         self._set_deadline(entry)
         self.retains += 1
@@ -126,10 +135,15 @@ class Retention:
             for started, _ in self._watchers:
                 started(entry)
         while self.retained_size > self.budget:
-            oldest = next(iter(self._age))
-            self.release(oldest)
+            largest = max(self._tenant_size, key=self._tenant_size.__getitem__)  # tenants retaining: a few
+            self.release(next(iter(self._age[largest])))
             self.released_over_budget += 1
         return True
+
+    def _add_size(self, entry: Hashable, delta: int) -> None:
+        tenant = self._tenant[entry]
+        self.retained_size += delta
+        self._tenant_size[tenant] = self._tenant_size.get(tenant, 0) + delta
 
     def touch(self, entry: Hashable) -> None:
         """A hit: the entry's TTL restarts from now (if it is still retained)."""
@@ -139,13 +153,17 @@ class Retention:
 
     def resize(self, entry: Hashable, size: int) -> None:
         if entry in self._size:
-            self.retained_size += size - self._size[entry]
+            self._add_size(entry, size - self._size[entry])
             self._size[entry] = size
 
     def release(self, entry: Hashable) -> None:
         if entry in self._expiry:
-            del self._expiry[entry], self._ttl[entry], self._age[entry]
-            self.retained_size -= self._size.pop(entry)
+            tenant = self._tenant[entry]
+            del self._expiry[entry], self._ttl[entry], self._age[tenant][entry]
+            self._add_size(entry, -self._size.pop(entry))
+            del self._tenant[entry]
+            if not self._age[tenant]:  # the tenant retains nothing now: it leaves the budget's count
+                del self._age[tenant], self._tenant_size[tenant]
             for _, ended in self._watchers:
                 ended(entry)
 
@@ -179,8 +197,9 @@ class Retention:
     def _set_deadline(self, entry) -> None:
         deadline = self.clock.now() + self._ttl[entry]
         self._expiry[entry] = deadline
-        self._age[entry] = None
-        self._age.move_to_end(entry)
+        age = self._age[self._tenant[entry]]
+        age[entry] = None
+        age.move_to_end(entry)
         heapq.heappush(self._heap, (deadline, next(self._seq), entry))
         if len(self._heap) > 2 * len(self._expiry) + HEAP_SLACK:
             self._heap = [(d, next(self._seq), e) for e, d in self._expiry.items()]

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from benchmarks.live_replay import (BlockTokens, Sent, hit_tokens_by_tier, live_hit_blocks, percentile,
-                                    send_rows)
+                                    row_fields, send_rows)
 from benchmarks.trace import TRACES_DIR, parse_rows
 
 K = 16
@@ -24,6 +24,19 @@ def test_a_block_is_the_same_run_of_ids_wherever_it_appears():
     assert len(a.run(7)) == K and all(0 <= t < 2048 for b_ in range(200) for t in a.run(b_))
     small = BlockTokens(K, 3)
     assert {t for b_ in range(50) for t in small.run(b_)} == {0, 1, 2}  # within the vocabulary, all of it
+
+
+def test_a_row_sends_its_tenant_and_ttl_as_a_client_would():
+    """The offline twin namespaces a row by its tenant and retains it for its TTL: live, the server must be asked
+    the same (cache_salt; cache_control, which our request API validates), or the two replay different traffic."""
+    rows = [{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1], "tenant": "t3", "ttl_s": 299.5},
+            {"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [2]}]
+    with_both, plain = parse_rows(rows).requests
+    assert row_fields(with_both) == {"cache_salt": "t3", "cache_control": {"type": "ephemeral", "ttl": "300s"}}
+    assert row_fields(plain) == {}
+    from sglang_ext.request_api import request_ttl
+
+    assert request_ttl(row_fields(with_both), None) == 300.0
 
 
 def test_sibling_blocks_part_at_their_first_token():

@@ -153,6 +153,16 @@ def test_a_ttl_insert_retains_each_node_of_its_path_once_and_refreshes_nothing(m
     assert (r.retains, r.refreshes) == (3, 0)
 
 
+def test_retentions_belong_to_the_tenant_of_their_keys(monkeypatch):
+    """The retention budget is shared fairly between tenants (tiers.retention): each retained node counts for
+    its key's namespace, so a flood from one salt gives up its own retentions first."""
+    cache = host_cache(monkeypatch)
+    cache._request_ttl_s = 60.0
+    for salt, toks in (("a", [1, 2, 3]), ("b", [4, 5]), (None, [6])):
+        cache.insert(InsertParams(key=RadixKey(array("q", toks), cache_salt=salt), value=torch.arange(len(toks))))
+    assert cache.retention._tenant_size == {"a": 3, "b": 2, None: 1}
+
+
 def test_retention_work_counts_as_policy_cost(monkeypatch):
     """Session TTL bookkeeping is policy work, as the device-only tree counts it: each retention an insert
     starts is a device policy call, and so is each node a hit refreshes."""

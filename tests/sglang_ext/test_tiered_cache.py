@@ -230,6 +230,30 @@ def test_retained_prefix_outlives_unretained_until_ttl():
     assert hit(c, [1, 2, 3, 4]) == 0
 
 
+@pytest.mark.parametrize("name", ["lru", "tinylfu"])
+def test_one_tenants_ttl_flood_cannot_evict_another_tenants_retained_prefix(name):
+    """Issue 14, item 4: tenants are the keys' namespaces (cache_salt). Tenant B retains a prefix well within
+    its share of the retention budget; tenant A then floods the tree with distinct TTL'd prompts. B's prefix
+    stays retained and cached; with the budget released oldest-first across tenants it went in the flood."""
+    clock = ManualClock()
+    c = TieredRadixCache.create_simulated(policy=name, capacity_tokens=1000, clock=clock, retention_budget=0.5)
+
+    def salted(toks, salt):
+        return RadixKey(array("q", toks), cache_salt=salt)
+
+    b_prefix = list(range(5000, 5150))
+    c.insert(InsertParams(key=salted(b_prefix, "b"), value=torch.arange(150)), ttl_s=300)
+    for i in range(40):
+        clock.advance(1)
+        flood = [10_000 + 100 * i + j for j in range(100)]
+        c.insert(InsertParams(key=salted(flood, "a"), value=torch.arange(100)), ttl_s=300)
+        check_invariants(c)
+    assert c.tier_stats().evictions > 0 and c.retention.released_over_budget > 0
+    b_node = c.match_prefix(MatchPrefixParams(key=salted(b_prefix, "b"))).last_device_node
+    assert c.retention.is_retained(b_node)
+    assert len(c.match_prefix(MatchPrefixParams(key=salted(b_prefix, "b"))).device_indices) == 150
+
+
 def finish(c, prompt, output):
     """What SGLang's cache_finished_req does: insert prompt + output, then re-insert the prompt alone (a
     topology-only insert, `chunked=True`), which splits the new leaf at the prompt boundary."""

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import OrderedDict
-from heapq import heapify, heappop, heapreplace
+from heapq import heapify, heappop, heapreplace, merge
 from itertools import compress, count
 from operator import itemgetter
 from typing import Callable, Hashable, Iterable, List, Optional
@@ -437,41 +437,44 @@ class TinyLFUPolicy(Policy):
             c = n.region
             return (hits[c] + ph) / (events[c] + pe) / (now - n.tick + h), c
 
-        lists = self._leaves + self._parked if parked and self._n_parked else self._leaves
+        lists = self._leaves
+        if parked and self._n_parked:  # a class's two lists walked as one, in placement order
+            lists = [(a, b) if a and b else a or b for a, b in zip(self._leaves, self._parked)]
         if not parked:  # nor taken when the selection frees their last child
             nodes, unparked = self.index.nodes, protected
             protected = lambda e: unparked(e) or nodes[e].parked  # noqa: E731
         return select_leaves(self.index, size, protected, self._order(now, h, lists), rank, yields_inner=False)
 
     def _order(self, now: int, h: float, lists):
-        """((density, class), leaf), lowest first: a heap over the cold end of each list in `lists` (one per
-        class, or two: leaves and parked leaves). Only the lists the selection reaches are walked, so a query
-        costs O(classes) plus the victims taken."""
+        """((density, class), leaf), lowest first: a heap over the cold end of each class's list in `lists`
+        (or of its two, leaves and parked leaves, merged in placement order: a class is one list in placement
+        order whether or not some of it is parked, even where a split left placement and age apart). Only the
+        lists the selection reaches are walked, so a query costs O(classes) plus the victims taken."""
         nodes = self.index.nodes
         hits, events, ph, pe = self._estimates()
-        n_classes = len(self._leaves)
         heap = []
         append = heap.append
-        for i in compress(range(len(lists)), lists):  # the non-empty lists
-            n = nodes[lists[i][0][1]]
-            c = i % n_classes
+        for c in compress(range(len(lists)), lists):  # the non-empty classes
+            src = lists[c]
+            n = nodes[(min(src[0][0], src[1][0], key=_first) if type(src) is tuple else src[0])[1]]
             p = (hits[c] + ph) / (events[c] + pe)
-            # ties go by class, as with one list per class, then by list (indices are distinct, so ties never
-            # reach the node); a list's iterator is made only once the selection takes its head
-            append((p / (now - n.tick + h), c, i, p, n, None))
+            # ties go by class (one source per class, so ties never reach the node); a source's iterator is
+            # made only once the selection takes its head
+            append((p / (now - n.tick + h), c, p, n, None))
         heapify(heap)
         while heap:
-            r, c, i, p, n, it = heap[0]
+            r, c, p, n, it = heap[0]
             yield (r, c), n
             if it is None:
-                it = map(_second, lists[i])
+                src = lists[c]
+                it = map(_second, merge(*src, key=_first) if type(src) is tuple else src)
                 next(it)
             e = next(it, None)
             if e is None:
                 heappop(heap)
             else:
                 m = nodes[e]
-                heapreplace(heap, (p / (now - m.tick + h), c, i, p, m, it))
+                heapreplace(heap, (p / (now - m.tick + h), c, p, m, it))
 
     def __len__(self) -> int:
         return len(self.index.nodes)
