@@ -10,7 +10,8 @@ victim only when unretained victims do not free enough. Retention
   tenant that holds the most retained size, its oldest (least recently retained or refreshed) first. So one
   tenant's TTL flood gives up its own retentions before another's: a tenant holding no more than an equal
   share of the budget keeps every retention while another tenant holds more (max-min fairness; the tenant is
-  the key's namespace, SGLang's `cache_salt`; one tenant is plain oldest-first).
+  the key's namespace, SGLang's `cache_salt`; one tenant is plain oldest-first). A client free to send many salts
+  counts as many tenants: who may use which salt is the operator's to enforce (an API gateway), as for the cache.
 Expiry uses a heap with lazy deletion (a refresh pushes a new deadline; stale heap items are skipped), so
 nothing scans all entries. Refreshes would grow that heap with the traffic for a whole TTL (up to a day), so
 it is rebuilt from the live deadlines whenever it holds more than twice as many items as there are
@@ -135,7 +136,7 @@ class Retention:
             for started, _ in self._watchers:
                 started(entry)
         while self.retained_size > self.budget:
-            largest = max(self._tenant_size, key=self._tenant_size.__getitem__)  # tenants retaining: a few
+            largest = max(self._tenant_size, key=self._tenant_size.__getitem__)  # O(tenants retaining)
             self.release(next(iter(self._age[largest])))
             self.released_over_budget += 1
         return True
