@@ -21,7 +21,7 @@ The subclass keeps RadixCache's tree, matching and lock accounting untouched and
   would, and logged; strict mode (tests, replays) raises instead, so a drifting policy cannot hide there.
 
 Policy entries are the TreeNode objects themselves (identity-hashed); a node's policy key identifies the
-path up to its first page: `hash((parent_key, first child_key))`, so it is the same after an eviction and
+path up to its first page: `tiers.keys.path_key(parent_key, first child_key)`, so it is the same after an eviction and
 re-insert, and the front half of a split inherits it.
 
 The simulated tree (`create_simulated`, the replay) has no allocator: its insert first does what the
@@ -55,6 +55,7 @@ from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, TreeNode
 
 from tiers.clock import Clock, MonotonicClock
+from tiers.keys import path_key
 from tiers.policy import Candidate, create_policy
 from tiers.retention import Retention, RetainingPolicy
 from tiers.shadow import Setting, ShadowTuner, TuningConfig
@@ -252,7 +253,7 @@ class TieredRadixCache(RadixCache):
         return None if node is self.root_node else node
 
     def _child_tier_key(self, parent: TreeNode, child_key) -> int:
-        return hash((parent.tier_key, child_key))
+        return path_key(parent.tier_key, child_key)
 
     # ---- SGLang API ----
     def insert(self, params: InsertParams, ttl_s: Optional[float] = None) -> InsertResult:
@@ -279,7 +280,7 @@ class TieredRadixCache(RadixCache):
         if counted:
             self._record_request(path, cand_key, matched, len(key))
             if self.tuner is not None:
-                self._offer_to_shadows(path, cand_key, key, params.priority, ttl_s)
+                self._offer_to_shadows(path, cand_key, key, params.priority, ttl_s, matched)
         deciding = (self._simulated and not params.chunked) or (self._deciding and counted)
         if remainder and deciding:
             if not self._admits(path, anchor, cand_key, remainder, counted, ttl_s):
@@ -317,13 +318,13 @@ class TieredRadixCache(RadixCache):
         policy.observe(matched, total)
         self._charge(t0, len(path) + (cand_key is not None) + 1)
 
-    def _offer_to_shadows(self, path, cand_key, key, priority: int, ttl_s) -> None:
+    def _offer_to_shadows(self, path, cand_key, key, priority: int, ttl_s, matched: int) -> None:
         """Let the tuner sample the request; switch the live policy if it says so. Counted as policy cost."""
         t0 = time.perf_counter_ns()
         keys = [node.tier_key for node in path]
         if cand_key is not None:
             keys.append(cand_key)
-        setting = self.tuner.offer(keys, (key, priority, ttl_s), len(key))
+        setting = self.tuner.offer(keys, (key, priority, ttl_s), len(key), matched)
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: the live policy now runs %r (%s)", setting.name, self.tuner.stats())

@@ -37,8 +37,8 @@ seeing only the nodes resident on its tier through a TierView (tier_views.py):
   of each request's cached prefix), host admissions and rejections, device evictions (demoted or dropped),
   host evictions, retention events, policy calls and their time.
 
-A node's policy key (`tier_key`) hashes its path: `hash((parent key, first child key))`, the same after an
-eviction and re-insert; after a split the front part keeps it and the back part gets its own.
+A node's policy key (`tier_key`) hashes its path (`tiers.keys.path_key` of its parent's key and first child key),
+the same after an eviction and re-insert; after a split the front part keeps it and the back part gets its own.
 `--hicache-write-policy write_back` is refused: its eviction backs up leaves whose parents are not on the
 host, so host residency would not be closed upward. (`write_through_selective` behaves as `write_through`
 here: admission is the policy's, not a hit count.)
@@ -65,6 +65,7 @@ from sglang_ext.simulated_host import serve_request, simulated_hicache
 from sglang_ext.tier_views import TierView
 from sglang_ext.tiered_cache import peek_path
 from tiers.clock import MonotonicClock
+from tiers.keys import path_key
 from tiers.policy import Candidate, create_policy
 from tiers.retention import Retention
 from tiers.shadow import Setting, ShadowTuner, TuningConfig
@@ -180,11 +181,11 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         shadow._steer(setting)
         return _HostTierShadow(shadow)
 
-    def _offer_to_shadows(self, keys, key, priority: int) -> None:
+    def _offer_to_shadows(self, keys, key, priority: int, matched: int) -> None:
         """Let the tuner sample the request; switch both tiers' setting if it says so. Counted as device policy
         cost (the shadows' work is the tuner's)."""
         t0 = time.perf_counter_ns()
-        setting = self.tuner.offer(keys, (key, priority, self._request_ttl_s), len(key))
+        setting = self.tuner.offer(keys, (key, priority, self._request_ttl_s), len(key), matched)
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: both tiers now run %r (%s)", setting.name, self.tuner.stats())
@@ -201,7 +202,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
     def _tier_key(self, node) -> int:
         key = getattr(node, "tier_key", None)
         if key is None:
-            key = node.tier_key = hash((self._tier_key(node.parent), node.key.child_key(self.page_size)))
+            key = node.tier_key = path_key(self._tier_key(node.parent), node.key.child_key(self.page_size))
         return key
 
     def _split_node(self, key, child, split_len):
@@ -209,7 +210,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         new_node = super()._split_node(key, child, split_len)
         # The front keeps the path's identity; the back is keyed afresh under its new parent.
         new_node.tier_key = front_key
-        child.tier_key = hash((front_key, child.key.child_key(self.page_size)))
+        child.tier_key = path_key(front_key, child.key.child_key(self.page_size))
         if hasattr(self, "device_view"):
             self.device_view.split(new_node, child)
             self.host_view.split(new_node, child)
@@ -238,13 +239,13 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         path, matched, anchor = self._peek(key)
         keys = [self._tier_key(n) for n in path]
         if matched < len(key):
-            keys.append(hash((self._tier_key(anchor), key.child_key_at(matched, self.page_size))))
+            keys.append(path_key(self._tier_key(anchor), key.child_key_at(matched, self.page_size)))
         on_device = sum(len(n.key) for n in path if not n.evicted)
         on_host = sum(len(n.key) for n in path if n.backuped)
         self.device_view.record(keys, min(on_device, matched), len(key))
         self.host_view.record(keys, min(on_host, matched), len(key))
         if self.tuner is not None:
-            self._offer_to_shadows(keys, key, priority)
+            self._offer_to_shadows(keys, key, priority, matched)
 
     def insert(self, params):
         key, _ = params.key.maybe_to_bigram_view(self.is_eagle)

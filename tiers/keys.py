@@ -1,4 +1,4 @@
-"""The model revision that peer keys are scoped by.
+"""The model revision that peer keys are scoped by, and the policy key of a tree entry.
 
 Where each tier's key gets its scope (README, "Tenants are isolated on every tier"): the device and host tiers
 key blocks by SGLang's radix tree path, whose root-level child key carries the request's `extra_key` and
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zlib
 
 
 def weights_revision(model_path: str) -> str:
@@ -29,3 +30,15 @@ def weights_revision(model_path: str) -> str:
         st = os.stat(real)
         h.update(f"{name}\0{os.path.basename(real)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:16]
+
+
+def path_key(parent_key: int, child_key) -> int:
+    """A radix tree entry's policy key: its parent's key and its first page's child key, hashed alike in every
+    process. SGLang namespaces a child key as `((extra_key, cache_salt), tokens)` or `(extra_key, tokens)`, and
+    Python salts `str` hashes per process, so the namespace enters as its crc32: the shadow sampler picks chains
+    by these keys, and a replay must not pick other chains in another process."""
+    if type(child_key) is tuple and len(child_key) == 2:
+        ns = child_key[0]
+        if type(ns) is str or (type(ns) is tuple and all(type(x) is str or x is None for x in ns)):
+            return hash((parent_key, zlib.crc32(repr(ns).encode()), child_key[1]))
+    return hash((parent_key, child_key))
