@@ -20,10 +20,6 @@ the learned order beats recency on long multi-turn traffic and loses to it while
 - **Window**: a window ends after every `window_capacities` shadow capacities of sampled traffic (at the first
   decision from then on); then each shadow's hit and requested units are halved, so the comparison follows the
   recent workload. Units are capacities, so the window does not depend on how many tokens a unit holds.
-- **Fidelity**: the tier tells the tuner how much of each sampled request the live tree itself held. A miniature
-  holding few of the workload's requests can part from the tree it stands for (on agent traffic its hit rate
-  fell to 0.63 of the live tree's on the same requests); while the live setting's shadow is more than
-  `max_shadow_error` from the live tree's windowed rate on the sample, the shadows' ranking is not acted on.
 - **Hysteresis**: the live setting is decided every `decide_capacities` shadow capacities of sampled traffic
   (a quarter of a window: a miniature of the learned policy parts from recency's hit rate only after a few
   capacities, and each capacity the live tree stays on recency after that is lost), and changes only once
@@ -81,9 +77,6 @@ class TuningConfig:
     min_capacities: float = 2.0  # sampled traffic before the first switch
     margin: float = 0.002  # token hit rate by which another setting must beat the live one
     min_z: float = 1.0  # and its per-request lead over the live one, in standard errors (paired)
-    # and only while the live setting's shadow tracks the live tree on the same sample: their windowed hit rates
-    # differ by at most this fraction of the larger (inf: never checked)
-    max_shadow_error: float = 0.2
     head_requests: int = 32  # requests through a key that make it a shared head
     head_memory: int = 4096  # keys whose request counts are kept
 
@@ -96,8 +89,6 @@ class TuningConfig:
         if min(self.window_capacities, self.decide_capacities) <= 0 or min(self.min_capacities, self.margin,
                                                                            self.min_z) < 0:
             raise ValueError("window and decision interval must be > 0, min traffic, margin and min_z >= 0")
-        if not self.max_shadow_error >= 0:
-            raise ValueError(f"max_shadow_error must be >= 0, got {self.max_shadow_error}")
         if self.head_requests < 2 or self.head_memory < 1:
             raise ValueError("head_requests must be >= 2 and head_memory >= 1")
         if self.min_shadow_requests < 0 or self.warmup_requests < 1:
@@ -284,18 +275,9 @@ class ShadowTuner:
             return None
         if self._pairs.z(best, self._live) < self.config.min_z:  # a lead within the sampling noise
             return None
-        if not self._tracks_live_tree():  # the miniatures do not stand for the live tree now: no ranking of theirs
-            return None
         self._live = best
         self._switches += 1
         return self.live
-
-    def _tracks_live_tree(self) -> bool:
-        total = self._totals[self._live]
-        if not total or self.config.max_shadow_error == math.inf:
-            return True
-        shadow, live = self._rate(self._live), self._live_hits / total
-        return abs(shadow - live) <= self.config.max_shadow_error * max(shadow, live)
 
     def stats(self) -> TuningStats:
         return TuningStats(
