@@ -280,7 +280,7 @@ class TieredRadixCache(RadixCache):
         if counted:
             self._record_request(path, cand_key, matched, len(key))
             if self.tuner is not None:
-                self._offer_to_shadows(path, cand_key, key, params.priority, ttl_s, matched)
+                self._offer_to_shadows(path, cand_key, key, params.priority, ttl_s)
         deciding = (self._simulated and not params.chunked) or (self._deciding and counted)
         if remainder and deciding:
             if not self._admits(path, anchor, cand_key, remainder, counted, ttl_s):
@@ -318,13 +318,13 @@ class TieredRadixCache(RadixCache):
         policy.observe(matched, total)
         self._charge(t0, len(path) + (cand_key is not None) + 1)
 
-    def _offer_to_shadows(self, path, cand_key, key, priority: int, ttl_s, matched: int) -> None:
+    def _offer_to_shadows(self, path, cand_key, key, priority: int, ttl_s) -> None:
         """Let the tuner sample the request; switch the live policy if it says so. Counted as policy cost."""
         t0 = time.perf_counter_ns()
         keys = [node.tier_key for node in path]
         if cand_key is not None:
             keys.append(cand_key)
-        setting = self.tuner.offer(keys, (key, priority, ttl_s), len(key), matched)
+        setting = self.tuner.offer(keys, (key, priority, ttl_s), len(key))
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: the live policy now runs %r (%s)", setting.name, self.tuner.stats())

@@ -110,7 +110,6 @@ class TuningStats:
     sampled_requests: int
     switches: int
     shadow_hit_rates: Dict[str, float]  # windowed token hit rate of each shadow (0.0 before any traffic)
-    live_hit_rate: float = 0.0  # windowed token hit rate of the live tree on the same sampled requests
 
 
 class Shadow(Protocol):
@@ -197,7 +196,6 @@ class ShadowTuner:
         self._shadows: list = []
         self._hits = [0.0] * len(config.settings)
         self._totals = [0.0] * len(config.settings)
-        self._live_hits = 0.0  # the live tree's hit units on the sampled requests (windowed like the shadows')
         self._pairs = PairedLeads(len(config.settings))
         self._since_halving = 0.0
         self._since_decision = 0.0
@@ -217,10 +215,9 @@ class ShadowTuner:
         """(setting, its shadow cache) for each candidate; empty until the warm-up ends."""
         return tuple(self._shadows)
 
-    def offer(self, keys: Sequence[Hashable], request, units: int, live_hit: int = 0) -> Optional[Setting]:
-        """A request of `units` passed `keys` (root first) in the live tree, which held `live_hit` of them. If its
-        chain is sampled, every shadow serves `request`; returns the setting to switch the live policy to, or
-        None to keep it."""
+    def offer(self, keys: Sequence[Hashable], request, units: int) -> Optional[Setting]:
+        """A request of `units` passed `keys` (root first) in the live tree. If its chain is sampled, every
+        shadow serves `request`; returns the setting to switch the live policy to, or None to keep it."""
         self._requests += 1
         if self.sampler is None:
             self._warm_up(units)
@@ -235,7 +232,6 @@ class ShadowTuner:
             self._totals[i] += total
             hits.append(hit)
         self._pairs.add(hits)
-        self._live_hits += live_hit
         self._seen += units
         self._since_halving += units
         self._since_decision += units
@@ -248,7 +244,6 @@ class ShadowTuner:
             self._since_halving = 0.0
             self._hits = [h * 0.5 for h in self._hits]
             self._totals = [t * 0.5 for t in self._totals]
-            self._live_hits *= 0.5
             self._pairs.halve()
         return setting
 
@@ -286,5 +281,4 @@ class ShadowTuner:
             sampled_requests=self._sampled,
             switches=self._switches,
             shadow_hit_rates={s.name: round(self._rate(i), 6) for i, s in enumerate(self.config.settings)},
-            live_hit_rate=round(self._live_hits / self._totals[0], 6) if self._totals and self._totals[0] else 0.0,
         )

@@ -135,19 +135,6 @@ def test_the_rates_age_once_per_window_not_once_per_decision():
     assert t.stats().shadow_hit_rates["gated"] == pytest.approx(700 / 3000, abs=1e-6)  # stats round to 6 digits
 
 
-def test_the_live_trees_hit_rate_on_the_sample_is_windowed_beside_the_shadows():
-    """What lets an operator judge a miniature: the live tree's own hit rate on the same sampled requests, aged
-    with the same window (only sampled requests count)."""
-    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=4.0, decide_capacities=1.0)
-    t.offer([("chain", 0)], 100, 100, live_hit=100)  # the warm-up request: no shadow ran, not counted
-    for i in range(40):  # one window of 4,000 units, the live tree holding a fifth of each request
-        t.offer([("chain", i + 1)], 100, 100, live_hit=20)
-    assert t.stats().live_hit_rate == pytest.approx(0.2)
-    for i in range(10):  # halved at the window's end, then 1,000 units at a half
-        t.offer([("chain", i + 41)], 100, 100, live_hit=50)
-    assert t.stats().live_hit_rate == pytest.approx((0.5 * 800 + 500) / (0.5 * 4000 + 1000), abs=1e-6)
-
-
 def test_a_workload_that_changes_moves_the_live_setting_back():
     t, shadows = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=0.0)
     feed(t, 1)  # warm-up
