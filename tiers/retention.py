@@ -11,7 +11,9 @@ victim only when unretained victims do not free enough. Retention
   tenant's TTL flood gives up its own retentions before another's: a tenant holding no more than an equal
   share of the budget keeps every retention while another tenant holds more (max-min fairness; the tenant is
   the key's namespace, SGLang's `cache_salt`; one tenant is plain oldest-first). A client free to send many salts
-  counts as many tenants: who may use which salt is the operator's to enforce (an API gateway), as for the cache.
+  counts as many tenants: who may use which salt is the operator's to enforce (an API gateway), as for the cache;
+  finding the largest holder costs O(log tenants) whatever their number (a lazy max-heap, rebuilt like the expiry
+  heap below), so many salts cannot make a retain expensive.
 Expiry uses a heap with lazy deletion (a refresh pushes a new deadline; stale heap items are skipped), so
 nothing scans all entries. Refreshes would grow that heap with the traffic for a whole TTL (up to a day), so
 it is rebuilt from the live deadlines whenever it holds more than twice as many items as there are
@@ -94,6 +96,8 @@ class Retention:
         self._tenant: Dict[Hashable, Hashable] = {}  # entry -> its tenant
         self._age: Dict[Hashable, "OrderedDict[Hashable, None]"] = {}  # tenant -> its entries, oldest first
         self._tenant_size: Dict[Hashable, int] = {}  # tenant -> retained size
+        self._by_size: List[Tuple[int, int, Hashable]] = []  # (-size, seq, tenant), stale items skipped
+        self._size_seq = itertools.count()  # its own: the expiry heap's ties stay in retention order
         self._heap: List[Tuple[float, int, Hashable]] = []
         self._seq = itertools.count()
         self.retained_size = 0
@@ -125,10 +129,8 @@ class Retention:
         if new:
             self._tenant[entry] = tenant
             self._age.setdefault(tenant, OrderedDict())
-        else:
-            self._add_size(entry, -self._size[entry])
+        self._add_size(entry, size - self._size.get(entry, 0))
         self._size[entry] = size
-        self._add_size(entry, size)
         self._ttl[entry] = ttl_s if new else max(ttl_s, self._ttl[entry])
         self._set_deadline(entry)
         self.retains += 1
@@ -136,15 +138,27 @@ class Retention:
             for started, _ in self._watchers:
                 started(entry)
         while self.retained_size > self.budget:
-            largest = max(self._tenant_size, key=self._tenant_size.__getitem__)  # O(tenants retaining)
-            self.release(next(iter(self._age[largest])))
+            self.release(next(iter(self._age[self._largest_tenant()])))
             self.released_over_budget += 1
         return True
 
     def _add_size(self, entry: Hashable, delta: int) -> None:
         tenant = self._tenant[entry]
         self.retained_size += delta
-        self._tenant_size[tenant] = self._tenant_size.get(tenant, 0) + delta
+        size = self._tenant_size[tenant] = self._tenant_size.get(tenant, 0) + delta
+        if not delta:  # a refresh at the same size (every request's path): the heap's item still holds
+            return
+        heapq.heappush(self._by_size, (-size, next(self._size_seq), tenant))
+        if len(self._by_size) > 2 * len(self._tenant_size) + HEAP_SLACK:
+            self._by_size = [(-n, next(self._size_seq), t) for t, n in self._tenant_size.items()]
+            heapq.heapify(self._by_size)
+
+    def _largest_tenant(self) -> Hashable:
+        """The tenant holding the most retained size (ties: the one whose size was set first)."""
+        heap, sizes = self._by_size, self._tenant_size
+        while -heap[0][0] != sizes.get(heap[0][2]):  # stale: the tenant's size changed or it retains nothing
+            heapq.heappop(heap)
+        return heap[0][2]
 
     def touch(self, entry: Hashable) -> None:
         """A hit: the entry's TTL restarts from now (if it is still retained)."""

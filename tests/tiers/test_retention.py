@@ -108,6 +108,19 @@ def test_over_budget_one_tenants_flood_releases_its_own_retentions_first():
     assert sum(r._size[e] for e in r._size if e.startswith("a-")) >= 7
 
 
+def test_many_salts_keep_finding_the_largest_holder_cheap():
+    """A client may send a new cache_salt with every request: the largest holder is found from a heap whose stale
+    items are bounded (rebuilt past twice the tenants), not by a scan of every tenant per release."""
+    clock = ManualClock()
+    r = Retention(10_000, clock, budget_fraction=0.5)
+    for i in range(20_000):
+        r.retain(("e", i), 1 + i % 3, 300, tenant=f"salt-{i}")
+        assert len(r._by_size) <= 2 * (len(r._tenant_size) + 1) + 64  # + 1: a tenant released since the last push
+    assert r.retained_size <= 5_000 and r.released_over_budget > 10_000
+    # the holders of 3 went first: what is left holds at most as much as any released one did
+    assert max(r._tenant_size.values()) <= 3
+
+
 def test_a_tenant_that_retains_nothing_leaves_the_budgets_count():
     clock = ManualClock()
     r = Retention(100, clock, budget_fraction=0.3)
@@ -129,6 +142,8 @@ def test_budget_never_exceeded_and_tenant_sizes_add_up(ops):
         assert r.retained_size <= r.budget
         assert r.retained_size == sum(r._size.values()) == sum(r._tenant_size.values())
         assert set(r._tenant_size) == set(r._age) == set(r._tenant.values())
+        if r._tenant_size:  # the heap names a largest holder, as a scan of every tenant would
+            assert r._tenant_size[r._largest_tenant()] == max(r._tenant_size.values())
 
 
 @settings(max_examples=60, deadline=None)
