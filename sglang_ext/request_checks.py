@@ -5,15 +5,20 @@ string where a number belongs fails a comparison) and trusts others completely: 
 in the HTTP process before anything is bounded, so `"n": 1e9` exhausts its memory and takes the server down, and
 `sampling_params` accepts the fields SGLang fills in itself (`is_normalized`, `stop_strs`, ...); a token id outside
 the vocabulary (`input_ids`, or a completion `prompt` of ids) reaches the model and stops the scheduler with an
-IndexError, as does `input_embeds` of the wrong width. Each check here
+IndexError, as does `input_embeds` of the wrong width; some of the OpenAI routes' request validators read a field
+before checking its type (`"response_format": true` is an AttributeError, which FastAPI answers with a 500). Each
+check here
 raises BadRequest with a message naming the field; request_api turns that into an HTTP 400, and nothing reaches
 the scheduler.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Optional
+
+from pydantic import ValidationError
 
 MAX_SALT_LEN = 256
 MAX_SAMPLES = 128  # `n` per prompt, OpenAI's own limit; a batch of prompts multiplies it
@@ -175,6 +180,27 @@ def check_generate(body: dict, limits: Optional[ModelLimits]) -> None:
         check_input_embeds(body.get("input_embeds"), limits.hidden_size)
 
 
+def _openai_models() -> dict:
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+
+    return {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": CompletionRequest}
+
+
+def check_openai_body(body: dict, route: str) -> None:
+    """Run SGLang's own request model for an OpenAI route on a copy (its validators change what they read): a
+    validator that raises anything but a validation error would be a 500 in SGLang's handler. A validation error is
+    left for SGLang to answer, with its own 400."""
+    model = _openai_models().get(route)
+    if model is None:
+        return
+    try:
+        model.model_validate(json.loads(json.dumps(body)))
+    except ValidationError:
+        return
+    except Exception as e:  # noqa: BLE001 - any other exception is a field of the wrong shape
+        raise BadRequest(f"a field has the wrong type for {route} ({type(e).__name__}: {e})"[:300]) from None
+
+
 def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) -> None:
     """Every check that applies to a body for `route` (one of request_api.CARRIED_ROUTES); `limits` None: the
     model's are not known yet, and the checks that need them are skipped."""
@@ -185,3 +211,4 @@ def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) 
     elif route == "/v1/completions" and limits is not None:
         check_token_ids(body.get("prompt"), "prompt", limits.vocab_size)
     check_fanout(body, route)
+    check_openai_body(body, route)

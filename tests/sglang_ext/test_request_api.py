@@ -195,6 +195,27 @@ def test_ids_and_embeddings_the_model_takes_pass(route, body):
     assert rewrite(route, json.dumps(body).encode(), None, LIMITS)[0] == 200
 
 
+CHAT = {"model": "default", "messages": [{"role": "user", "content": "x"}]}
+
+
+@pytest.mark.parametrize("response_format", [True, [1], "text", {"type": "json_schema", "schema": 5},
+                                             {"type": "json_schema", "schema": {"properties": 5}}])
+def test_a_field_sglangs_own_validator_trips_on_is_a_400(response_format):
+    """Guards: SGLang's chat request validator reads `response_format` as an object before checking its type, and
+    FastAPI answered the AttributeError with a 500 (found by the bad-input fuzz test)."""
+    status, out = rewrite("/v1/chat/completions", json.dumps({**CHAT, "response_format": response_format}).encode(),
+                          None, LIMITS)
+    assert status == 400 and "wrong type" in json.loads(out)["message"]
+
+
+@pytest.mark.parametrize("body", [{**CHAT, "response_format": {"type": "json_object"}}, {**CHAT, "messages": 5},
+                                  {**CHAT, "tools": 5}])
+def test_sglang_answers_its_own_validation_errors_and_valid_bodies(body):
+    """A body SGLang's model takes, or refuses with a validation error (its own 400), is forwarded unchanged."""
+    raw = json.dumps(body).encode()
+    assert rewrite("/v1/chat/completions", raw, None, LIMITS) == (200, raw)
+
+
 def test_the_lock_summary_reads_any_tree_without_raising():
     """Guards: /get_server_info walked SGLang's own tree nodes (no `lock_ref`) inside the scheduler and raised,
     stopping the server, when our plugin ran beside a stock tree cache."""

@@ -181,9 +181,8 @@ class _EveryEntryByDensity(TinyLFUPolicy):
     """The order tinylfu's design note states, computed the slow way, as before leaf lists: one list per class of
     every entry the pass may take (all of them, or all but the parked ones in RetainingPolicy's first pass),
     inner ones included, in placement order; the lists' cold ends merged by density (ties by class); leaves
-    only. (Walking past the retained entries instead, as a policy that cannot park is asked to, differs where a
-    split placed a part anew without making it younger: a retained entry at the head of its class's list would
-    then hold back an older unretained one.)"""
+    only. (Walking past the retained entries instead, as a policy that cannot park is asked to, differs: a retained
+    entry at the head of its class's list would then hold back an older unretained one.)"""
 
     def victims(self, size, protected=lambda e: False, parked=True):
         now, h = self.now, self._horizon()
@@ -220,12 +219,16 @@ _OPS = st.lists(st.tuples(st.sampled_from("iIarRtxs"), st.integers(0, 40), st.in
 
 @settings(max_examples=150, deadline=None)
 @given(_OPS)
-# two corners a split makes: a part placed anew without getting younger; the first needs the leaf and parked lists
-# of a class merged in placement order, the second the first pass ordered without the parked entries
+# three corners splits made while a split placed a part anew without making it younger (placements are now by age):
+# the first needs the leaf and parked lists of a class merged in placement order, the second the first pass ordered
+# without the parked entries, the third (no retention) a parent freed during the selection ranked where its
+# class's list has it
 @example([("i", 0, 2), ("i", 0, 2), ("s", 0, 1), ("i", 0, 1), ("i", 0, 2), ("r", 0, 1), ("r", 2, 1), ("s", 24, 1),
           ("s", 2, 2)])
 @example([("i", 0, 3), ("i", 0, 1), ("i", 0, 1), ("i", 0, 1), ("R", 2, 1), ("s", 0, 1), ("I", 0, 2), ("s", 24, 1),
           ("s", 1, 1)])
+@example([("i", 0, 4), ("s", 0, 1), ("i", 0, 2), ("i", 0, 1), ("i", 0, 1), ("i", 1, 4), ("s", 1, 1), ("s", 38, 1),
+          ("s", 2, 1)])
 def test_parking_retained_entries_changes_no_victim_order(ops):
     """tinylfu walks only leaves, in lists of its own for the parked (retained) ones: the victims, and their order,
     are those of one list per class of every entry the pass may take, through inserts under

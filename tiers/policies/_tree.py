@@ -27,7 +27,7 @@ class _Node:
         self.region = 0
         self.depth = 1  # nodes from the root down to this one, as of its insertion
         self.parked = False  # retained, for a policy that parks retained entries (tiers.retention)
-        self.placed = 0  # where a policy that keeps ordered lists put it last
+        self.placed = (0, 0)  # where a policy that keeps ordered lists put it last: (age, sequence)
 
 
 class TreeIndex:

@@ -118,9 +118,10 @@ class TinyLFUPolicy(Policy):
         self._nb = nb
         n_classes = self._reused0 + max_depth * self.n_gaps
         self.lifetime = 0.0  # running mean age at eviction, in ticks (0: nothing evicted yet)
-        # the leaves of each class as (placement, entry), in the order they were placed (an insert, a use or a
-        # split places an entry at the end; a parent that loses its last child comes back where it was):
-        # unretained ones, and retained ones (see park())
+        # the leaves of each class as (placement, entry) in placement order: unretained ones, and retained ones (see
+        # park()). A placement is (tick, sequence), so a class's list is in age order, which within one class is
+        # density order: an insert, a use or a split's back part goes at the end, a split's front part (which
+        # keeps the entry's age) where the entry was, and a parent that loses its last child where it was
         self._leaves: List[list] = [[] for _ in range(n_classes)]
         self._parked: List[list] = [[] for _ in range(n_classes)]
         self._n_parked = 0  # parked leaves: a victim query that may take them skips their lists when 0
@@ -255,7 +256,7 @@ class TinyLFUPolicy(Policy):
         self._since_decay += size
         if self._since_decay >= self.decay_units:
             self._decay()
-        n.placed = next(self._placements)
+        n.placed = (n.tick, next(self._placements))
         self._place(n)
 
     def on_access(self, entry) -> None:
@@ -290,7 +291,7 @@ class TinyLFUPolicy(Policy):
         if self._since_decay >= self.decay_units:
             self._decay()
         n.region = cls
-        n.placed = next(self._placements)
+        n.placed = (now, next(self._placements))
         if leaf:
             self._place(n)
 
@@ -321,18 +322,20 @@ class TinyLFUPolicy(Policy):
             self._place(nodes[old_parent])
         if front is None:  # moved to the root level: no split
             return
-        # a split: the new front node carries on the entry's event (it is what the request reuses); the
-        # back part, which the request did not reach, starts a TAIL event
+        # a split: the new front node carries on the entry's event and age (it is what the request reuses: its
+        # use, which follows, measures the gap); the back part, which the request did not reach, starts a TAIL
+        # event now, as an insert would (SGLang's match stamps the node before it splits it)
         self.gate.withdraw(front.key)
         self.events[front.region] -= 1
         front.region, front.tick, front.depth, front.count = n.region, n.tick, n.depth, n.count
-        front.placed = next(self._placements)  # both parts placed anew, front first (SGLang stamps both)
+        front.placed = (n.tick, next(self._placements))
         leaf = not n.children
         if leaf:
             self._leave(n)
         n.region = self._tail
         n.depth += 1
-        n.placed = next(self._placements)
+        n.tick = self.now
+        n.placed = (n.tick, next(self._placements))
         self._open(self._tail, n.size)
         if leaf:
             self._place(n)
@@ -447,9 +450,9 @@ class TinyLFUPolicy(Policy):
 
     def _order(self, now: int, h: float, lists):
         """((density, class), leaf), lowest first: a heap over the cold end of each class's list in `lists`
-        (or of its two, leaves and parked leaves, merged in placement order: a class is one list in placement
-        order whether or not some of it is parked, even where a split left placement and age apart). Only the
-        lists the selection reaches are walked, so a query costs O(classes) plus the victims taken."""
+        (or of its two, leaves and parked leaves, merged in placement order: a class is one list in age order
+        whether or not some of it is parked). Only the lists the selection reaches are walked, so a query costs
+        O(classes) plus the victims taken."""
         nodes = self.index.nodes
         hits, events, ph, pe = self._estimates()
         heap = []
