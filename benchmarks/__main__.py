@@ -10,6 +10,7 @@ from typing import List, Optional
 from benchmarks.cli_types import capacity as _capacity
 from benchmarks.cli_types import json_object as _json_object
 from benchmarks.cli_types import non_negative_float as _non_negative_float
+from benchmarks.cli_types import non_negative_int as _non_negative_int
 from benchmarks.cli_types import positive_int as _positive_int
 from benchmarks.cli_types import share as _share
 
@@ -28,6 +29,11 @@ def _add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=_positive_int, default=None, help="replay only the first N rows")
     p.add_argument("--radix-tokens-per-block", type=_positive_int, default=1,
                    help="radix tokens standing for one trace block in the device tree (default 1)")
+    p.add_argument("--output-tokens", type=_non_negative_int, default=0,
+                   help="tokens each request generates, cached after its prompt as the server does (default 0)")
+    p.add_argument("--prefill-chunk-tokens", type=_non_negative_int, default=0,
+                   help="a server's chunked_prefill_size in radix tokens: longer prompts enter the device tree "
+                        "chunk by chunk, as they do while serving (default 0: whole)")
     p.add_argument("--shadow-rate", type=_share, default=None, metavar="FRACTION",
                    help="the project's policies: the server's --tier-shadow-rate (self-tuning from shadow caches; "
                         "default: the server's default; 0: off, the learned setting throughout)")
@@ -145,6 +151,8 @@ def replay_config_from_args(args, policy: str, capacity: int):
         policy_config=args.policy_config,
         progress=True if getattr(args, "progress", False) else None,  # None: on a terminal, unless --json
         radix_tokens_per_block=getattr(args, "radix_tokens_per_block", 1),
+        output_tokens=getattr(args, "output_tokens", 0),
+        prefill_chunk_tokens=getattr(args, "prefill_chunk_tokens", 0),
         **({"shadow_rate": args.shadow_rate} if getattr(args, "shadow_rate", None) is not None else {}),
     )
 

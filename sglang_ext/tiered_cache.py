@@ -36,7 +36,9 @@ declined while running keeps its KV to itself (the tree is not touched; `insert`
 `cache_unfinished_req` returns, as for SGLang's own `skip_radix_cache_insert`) and frees it when it finishes. A
 chunk of a chunked prefill is inserted without a decision (`cache_unfinished_req` re-matches it), in the
 server and in the simulated tree alike (a `chunked` insert), so a long prompt's chunks enter the tree and
-only what its last chunk adds is decided. After a
+only what its last chunk adds is decided. A node a chunk inserts is the request's own (`OWN_CHUNK`): when the
+request is recorded, it is neither a use nor part of the hit (the request computed it), as if the prompt had come
+in one piece; without that, every long prompt's chunks looked reused at once. After a
 decline inside `cache_finished_req`, the topology-only prompt re-insert is skipped, since its KV is being freed.
 
 Threading: like RadixCache, used only from the scheduler thread that owns it.
@@ -64,6 +66,21 @@ logger = logging.getLogger(__name__)
 
 _ROOT_KEY = 0
 _DECISION = "_tier_admission"  # set on SGLang's Req once its remainder is decided: "admitted" or "declined"
+# set on a TreeNode a chunk of a chunked prefill inserted, until its request is recorded (the request's own KV)
+OWN_CHUNK = "tier_own_chunk"
+
+
+def own_chunk_tokens(path) -> int:
+    """Tokens of `path` that the recording request's own chunks inserted."""
+    return sum(len(n.key) for n in path if getattr(n, OWN_CHUNK, False))
+
+
+def used_before(node) -> bool:
+    """Whether a node on a recorded request's path was there before the request; clears the request's own mark."""
+    if getattr(node, OWN_CHUNK, False):
+        setattr(node, OWN_CHUNK, False)
+        return False
+    return True
 
 
 def peek_path(root, key, page_size: int):
@@ -278,7 +295,7 @@ class TieredRadixCache(RadixCache):
             self._evict_tokens(self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens,
                                lambda n: n.lock_ref > 0 or n in on_path)
         if counted:
-            self._record_request(path, cand_key, matched, len(key))
+            self._record_request(path, cand_key, matched - own_chunk_tokens(path), len(key))
             if self.tuner is not None:
                 self._offer_to_shadows(path, cand_key, key, params.priority, ttl_s)
         deciding = (self._simulated and not params.chunked) or (self._deciding and counted)
@@ -289,7 +306,7 @@ class TieredRadixCache(RadixCache):
                 return InsertResult(prefix_len=len(key))
 
         result = super().insert(params)
-        chain = self._note_inserted(result.last_device_node, counted, ttl_s)
+        chain = self._note_inserted(result.last_device_node, counted, ttl_s, own=params.chunked and not counted)
         over = self.evictable_size_ + self.protected_size_ - self.capacity_tokens
         if over > 0:
             on_chain = set(chain)
@@ -358,7 +375,8 @@ class TieredRadixCache(RadixCache):
         if counted:
             t1 = time.perf_counter_ns()
             for node in path:
-                self.policy.on_access(node)
+                if used_before(node):
+                    self.policy.on_access(node)
             self._charge(t1, len(path))
         self._n.admissions_rejected += 1
         self._n.rejected_tokens += remainder
@@ -366,9 +384,10 @@ class TieredRadixCache(RadixCache):
             self._declined_in_finished = True
         return False
 
-    def _note_inserted(self, leaf, counted: bool, ttl_s) -> list:
-        """After SGLang's insert: report the new nodes to the policy, the old ones as used, retain the path for
-        a TTL. Returns the path from the root's child down to `leaf`."""
+    def _note_inserted(self, leaf, counted: bool, ttl_s, own: bool = False) -> list:
+        """After SGLang's insert: report the new nodes to the policy (marked `OWN_CHUNK` if `own`: a chunk's), the
+        old ones as used if `counted`, retain the path for a TTL. Returns the path from the root's child down to
+        `leaf`."""
         t0 = time.perf_counter_ns()
         policy = self.policy
         chain = []
@@ -383,7 +402,9 @@ class TieredRadixCache(RadixCache):
                 node.tier_key = self._child_tier_key(node.parent, node.key.child_key(self.page_size))
                 policy.on_insert(node, node.tier_key, len(node.key), self._entry(node.parent))
                 calls += 1
-            elif counted:
+                if own:
+                    setattr(node, OWN_CHUNK, True)
+            elif counted and used_before(node):
                 policy.on_access(node)
                 calls += 1
         if ttl_s is not None:
@@ -513,6 +534,8 @@ class TieredRadixCache(RadixCache):
         new_node = super()._split_node(key, child, split_len)
         old_key = child.tier_key
         new_node.tier_key = old_key
+        if getattr(child, OWN_CHUNK, False):
+            setattr(new_node, OWN_CHUNK, True)
         child.tier_key = self._child_tier_key(new_node, child.key.child_key(self.page_size))
         t0 = time.perf_counter_ns()
         self.policy.on_insert(new_node, old_key, len(new_node.key), self._entry(new_node.parent))

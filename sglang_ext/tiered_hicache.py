@@ -20,7 +20,8 @@ seeing only the nodes resident on its tier through a TierView (tier_views.py):
 - Host eviction (`evict_host`): the host policy's victims (host leaves whose device copy is gone, unlocked
   and not pinned by a copy in flight), in its order.
 - Requests: each request is recorded once on both policies (its path's keys, its remainder's, its hit), at
-  its first non-chunked insert; an insert's path nodes already on the device count as used.
+  its first non-chunked insert; an insert's path nodes already on the device count as used, except those the
+  request's own chunks inserted (marked as on the device-only tree, `tiered_cache.OWN_CHUNK`).
 - Drift: if a policy's victims are not evictable leaves of its tier, or fall short while unprotected
   evictable leaves remain, its view has drifted from the tree; the rest of that round goes in SGLang's own
   order (least recently used, retained last) and is logged; strict mode (tests) raises instead.
@@ -63,7 +64,7 @@ from sglang.srt.mem_cache.utils import get_eviction_strategy
 from sglang_ext.serving_cache import ServedRequests, tenant_label
 from sglang_ext.simulated_host import serve_request, simulated_hicache
 from sglang_ext.tier_views import TierView
-from sglang_ext.tiered_cache import peek_path
+from sglang_ext.tiered_cache import OWN_CHUNK, own_chunk_tokens, peek_path, used_before
 from tiers.clock import MonotonicClock
 from tiers.keys import path_key
 from tiers.policy import Candidate, create_policy
@@ -210,6 +211,8 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         new_node = super()._split_node(key, child, split_len)
         # The front keeps the path's identity; the back is keyed afresh under its new parent.
         new_node.tier_key = front_key
+        if getattr(child, OWN_CHUNK, False):
+            setattr(new_node, OWN_CHUNK, True)
         child.tier_key = path_key(front_key, child.key.child_key(self.page_size))
         if hasattr(self, "device_view"):
             self.device_view.split(new_node, child)
@@ -240,10 +243,12 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         keys = [self._tier_key(n) for n in path]
         if matched < len(key):
             keys.append(path_key(self._tier_key(anchor), key.child_key_at(matched, self.page_size)))
-        on_device = sum(len(n.key) for n in path if not n.evicted)
-        on_host = sum(len(n.key) for n in path if n.backuped)
-        self.device_view.record(keys, min(on_device, matched), len(key))
-        self.host_view.record(keys, min(on_host, matched), len(key))
+        before = [n for n in path if not getattr(n, OWN_CHUNK, False)]  # not the request's own chunks
+        on_device = sum(len(n.key) for n in before if not n.evicted)
+        on_host = sum(len(n.key) for n in before if n.backuped)
+        hit = matched - own_chunk_tokens(path)
+        self.device_view.record(keys, min(on_device, hit), len(key))
+        self.host_view.record(keys, min(on_host, hit), len(key))
         if self.tuner is not None:
             self._offer_to_shadows(keys, key, priority)
 
@@ -261,11 +266,14 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         for node in self._walk(key):  # new and revived nodes hold device KV now; the others were used
             if node.evicted:
                 break
+            used = counted and used_before(node)  # the request's own chunks were not used, but computed
             if node not in self.device_view:
                 self.device_view.add(node, self._tier_key(node))
-            elif counted:
+                if params.chunked and not counted:
+                    setattr(node, OWN_CHUNK, True)
+            elif used:
                 self.device_view.access(node)
-            if counted and node not in backed_up_now:
+            if used and node not in backed_up_now:
                 self.host_view.access(node)  # a no-op unless it was on the host before this insert
         if self._request_ttl_s is not None:
             self._retain_path(key, self._request_ttl_s, skip_retained=params.chunked)

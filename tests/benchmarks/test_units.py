@@ -54,6 +54,11 @@ def test_cli_flag_reaches_the_replay_config():
         assert replay_config_from_args(args, "lru", 10**6).radix_tokens_per_block == 32
     args = parser.parse_args(["replay", "--trace", "conversation", "--policy", "lru", "--capacity-tokens", "1e6"])
     assert replay_config_from_args(args, "lru", 10**6).radix_tokens_per_block == 1
+    assert replay_config_from_args(args, "lru", 10**6).prefill_chunk_tokens == 0
+    args = parser.parse_args(["replay", "--trace", "conversation", "--policy", "lru", "--capacity-tokens", "1e6",
+                              "--prefill-chunk-tokens", "256", "--output-tokens", "1"])
+    config = replay_config_from_args(args, "lru", 10**6)
+    assert (config.prefill_chunk_tokens, config.output_tokens) == (256, 1)
     with pytest.raises(SystemExit):
         parser.parse_args(["replay", "--trace", "conversation", "--policy", "lru", "--capacity-tokens", "1e6",
                            "--radix-tokens-per-block", "0"])

@@ -141,6 +141,23 @@ def test_a_split_gives_the_back_part_its_own_tier_key_and_the_front_keeps_the_ol
         assert view.inner.index.nodes[leaf].parent is front and view.inner.index.nodes[leaf].size == 2
 
 
+def test_a_chunked_prefills_own_chunks_are_neither_a_use_nor_a_hit_on_either_tier(monkeypatch):
+    """Guards: the request's recorded insert counting the nodes its own chunks inserted as used, and as its hit,
+    in both tiers' policies (the device-only tree's guard, on the host-tier class)."""
+    prompt = list(range(1, 10))
+    whole, chunked = host_cache(monkeypatch), host_cache(monkeypatch)
+    ins(whole, prompt)
+    ins(chunked, prompt[:3], chunked=True)
+    ins(chunked, prompt[:6], chunked=True)
+    ins(chunked, prompt)
+    for view in ("device_view", "host_view"):
+        learned = [getattr(c, view).inner for c in (whole, chunked)]
+        assert [sum(p.hits) for p in learned] == [0, 0]
+        assert [p.gate.traffic for p in learned] == [len(prompt)] * 2
+    ins(chunked, prompt)  # the next request uses every chunk
+    assert sum(chunked.device_view.inner.hits) == 3
+
+
 def test_a_ttl_insert_retains_each_node_of_its_path_once_and_refreshes_nothing(monkeypatch):
     cache = host_cache(monkeypatch)
     r = cache.retention

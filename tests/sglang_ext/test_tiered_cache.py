@@ -180,6 +180,31 @@ def test_a_chunk_of_a_chunked_prefill_enters_undecided_and_the_rest_is_decided()
     check_invariants(c)
 
 
+def learned_state(c):
+    """What tinylfu learned from the requests so far: reuse per class, events per class, traffic (misses)."""
+    inner = c.policy.inner
+    return list(inner.hits), list(inner.events), inner.gate.traffic
+
+
+def test_a_chunked_prefills_own_chunks_are_neither_a_use_nor_a_hit():
+    """Guards: the request's recorded insert counting the nodes its own chunks inserted moments before as used
+    and as its hit: every long prompt looked reused at once, and the learned order kept one-shot prompts (the
+    conversation trace at 1e6 with 2,048-token chunks: 0.078 against 0.086 unchunked)."""
+    prompt = list(range(1, 10))
+    whole, chunked = (TieredRadixCache.create_simulated(policy="tinylfu", capacity_tokens=100, clock=ManualClock())
+                      for _ in range(2))
+    ins(whole, prompt)
+    for end in (3, 6):
+        chunked.insert(InsertParams(key=key(prompt[:end]), value=torch.arange(end, dtype=torch.int64), chunked=True))
+    ins(chunked, prompt)
+    hits, events, traffic = learned_state(chunked)
+    assert sum(hits) == sum(learned_state(whole)[0]) == 0
+    assert traffic == learned_state(whole)[2] == len(prompt)
+    ins(chunked, prompt)  # the next request is a hit on every chunk: the marks went with the first request
+    assert sum(learned_state(chunked)[0]) == 3
+    check_invariants(chunked)
+
+
 @pytest.mark.parametrize("name", ["tinylfu", "reuse-gate"])
 def test_a_session_ttl_request_passes_the_learned_bar(name):
     """Guards: a gate that declines what a client asked to retain (cache_control TTL): the session's next
