@@ -13,6 +13,8 @@ Design note
   only at block boundaries) while its entries hold R times the units, as in a server where one radix token
   is one prompt token. The tree's capacity is capacity_blocks * R tokens; hits are matched tokens // R, and
   freed token ids map back to block ids (deduplicated, in order), so the caller sees blocks whatever R is.
+  The live replay's twin also gives each block the first token the server saw in it (`RadixUnits`'s
+  `first_tokens`: a sibling rank), so that the tree keys the self-tuner samples by are the server's.
 - RadixCache stamps nodes with `time.monotonic()`. Real time makes equal stamps (and so heap order, which then
   falls back to set iteration order, i.e. memory addresses) vary between runs; `logical_radix_time()` swaps the
   module's `time` for a counter while a replay runs, so every run of a trace gives identical numbers. Order is
@@ -37,7 +39,7 @@ import dataclasses
 import time
 from array import array
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Mapping, Optional, Sequence
 
 from benchmarks.trace import Request
 
@@ -96,26 +98,40 @@ def logical_radix_time() -> Iterator[None]:
 
 
 class RadixUnits:
-    """Trace blocks <-> radix token ids, R tokens per block."""
+    """Trace blocks <-> radix token ids, R tokens per block.
 
-    def __init__(self, tokens_per_block: int = 1):
+    `first_tokens` (block -> token id, R >= 2): the token a live server sees first in each block (the live
+    replay's sibling rank). A block then starts with that id and its other tokens are `offset + b*R + j`, above
+    every first token, so the twin's tree keys, and the shadow sampler's hashes of them, are the server's. Freed
+    first tokens map back to no block (they are not unique); a block's other tokens do."""
+
+    def __init__(self, tokens_per_block: int = 1, first_tokens: Optional[Mapping[int, int]] = None):
         if tokens_per_block < 1:
             raise ValueError(f"radix tokens per block must be >= 1, got {tokens_per_block}")
+        if first_tokens and tokens_per_block < 2:
+            raise ValueError("first tokens need at least 2 radix tokens per block")
         self.per_block = tokens_per_block
+        self._first = first_tokens or {}
+        self._offset = max(self._first.values(), default=-1) + 1
 
     def tokens(self, blocks: Sequence[int]) -> array:
-        r = self.per_block
+        r, first, offset = self.per_block, self._first, self._offset
         if r == 1:
             return array("q", blocks)
         offsets = range(r)
-        return array("q", [b * r + j for b in blocks for j in offsets])
+        ids = array("q", [offset + b * r + j for b in blocks for j in offsets])
+        if first:
+            for i, b in enumerate(blocks):
+                if b in first:
+                    ids[i * r] = first[b]
+        return ids
 
     def blocks(self, tokens: Sequence[int]) -> List[int]:
         """Block ids of freed tokens, each once, in the order first seen (output tokens, < 0, are no block)."""
-        r = self.per_block
+        r, offset = self.per_block, self._offset
         if r == 1:
             return [t for t in tokens if t >= 0]
-        return list(dict.fromkeys(t // r for t in tokens if t >= 0))
+        return list(dict.fromkeys((t - offset) // r for t in tokens if t >= offset))
 
 
 def live_hit_blocks(cached_tokens: int, n_blocks: int, tokens_per_block: int) -> int:
@@ -231,6 +247,7 @@ class StockRadixEngine:
         radix_tokens_per_block: int = 1,
         output_tokens: int = 0,
         prefill_chunk: int = 0,
+        first_tokens: Optional[Mapping[int, int]] = None,
     ):
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.radix_cache import RadixCache
@@ -238,7 +255,7 @@ class StockRadixEngine:
         if policy not in STOCK_POLICIES:
             raise ValueError(f"unknown stock policy {policy!r}; choose one of {', '.join(STOCK_POLICIES)}")
         self._api = _radix_api()
-        self.units = RadixUnits(radix_tokens_per_block)
+        self.units = RadixUnits(radix_tokens_per_block, first_tokens)
         self.outputs = OutputTokens(output_tokens, prefill_chunk)
         self.capacity_blocks = capacity_blocks
         self.capacity = capacity_blocks * radix_tokens_per_block  # in radix tokens
@@ -311,11 +328,12 @@ class TieredEngine:
         output_tokens: int = 0,
         prefill_chunk: int = 0,
         tuning=None,
+        first_tokens: Optional[Mapping[int, int]] = None,
     ):
         from sglang_ext.tiered_cache import TieredRadixCache
 
         self._api = _radix_api()
-        self.units = RadixUnits(radix_tokens_per_block)
+        self.units = RadixUnits(radix_tokens_per_block, first_tokens)
         self.outputs = OutputTokens(output_tokens, prefill_chunk)
         self.capacity = capacity_blocks * radix_tokens_per_block  # in radix tokens
         self.allocator = _RecordingAllocator()  # evictions are observed as for the stock tree
@@ -381,17 +399,18 @@ def make_engine(
     output_tokens: int = 0,
     prefill_chunk: int = 0,
     tuning=None,
+    first_tokens: Optional[Mapping[int, int]] = None,
 ):
     """An engine by benchmark policy name (see `known_policies()`). The reference engines count blocks and
-    ignore `radix_tokens_per_block`, `output_tokens` and `prefill_chunk`; only the project's tree engine takes
-    `tuning` (tiers.shadow.TuningConfig: the self-tuner, as the server runs it)."""
+    ignore `radix_tokens_per_block`, `output_tokens`, `prefill_chunk` and `first_tokens` (RadixUnits); only the
+    project's tree engine takes `tuning` (tiers.shadow.TuningConfig: the self-tuner, as the server runs it)."""
     from benchmarks.belady import BeladyEngine, InfiniteEngine, ReuseOracleEngine
 
     if capacity_blocks <= 0:
         raise ValueError(f"capacity must hold at least one block, got {capacity_blocks} blocks")
     if name in STOCK_POLICIES:
         return StockRadixEngine(name, capacity_blocks, policy_config, radix_tokens_per_block, output_tokens,
-                                prefill_chunk)
+                                prefill_chunk, first_tokens)
     if name == "opt":
         return BeladyEngine(capacity_blocks, requests)
     if name == "infinite":
@@ -403,5 +422,5 @@ def make_engine(
     tiered = name[len(TIERED_PREFIX):] if name.startswith(TIERED_PREFIX) else name
     if tiered in tiered_policy_names() or tiered == "tinylfu":
         return TieredEngine(tiered, capacity_blocks, clock, policy_config, radix_tokens_per_block, output_tokens,
-                            prefill_chunk, tuning)
+                            prefill_chunk, tuning, first_tokens)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(known_policies())}")

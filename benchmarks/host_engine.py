@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from types import SimpleNamespace
-from typing import Dict, Iterator, Optional, Sequence
+from typing import Dict, Iterator, Mapping, Optional, Sequence
 
 from benchmarks.engines import (STOCK_POLICIES, TIERED_PREFIX, Access, EngineStats, OutputTokens, RadixUnits,
                                insert_finished, logical_radix_time)
@@ -56,14 +56,14 @@ class HostTierEngine:
 
     def __init__(self, policy: str, capacity_blocks: int, host_blocks: int, clock, block_tokens: int,
                  policy_config: Optional[dict] = None, radix_tokens_per_block: int = 1, output_tokens: int = 0,
-                 tuning=None):
+                 tuning=None, first_tokens: Optional[Mapping[int, int]] = None):
         from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
 
         from sglang_ext.simulated_host import load_back_threshold, simulated_hicache
 
         if capacity_blocks <= 0 or host_blocks <= 0:
             raise ValueError(f"device and host must hold a block each, got {capacity_blocks} and {host_blocks}")
-        self.units = RadixUnits(radix_tokens_per_block)
+        self.units = RadixUnits(radix_tokens_per_block, first_tokens)
         self.outputs = OutputTokens(output_tokens)
         r = radix_tokens_per_block
         self.capacity = capacity_blocks * r
@@ -192,5 +192,5 @@ def host_tier_engine(cfg, block_tokens: int, clock):
     bt = block_tokens
     engine = HostTierEngine(cfg.policy, cfg.capacity_tokens // bt, cfg.host_tokens // bt, clock, bt,
                             cfg.policy_config, cfg.radix_tokens_per_block, cfg.output_tokens,
-                            tuning_at(cfg.shadow_rate))
+                            tuning_at(cfg.shadow_rate), cfg.block_first_tokens)
     return engine, HostTiers(engine, bt, cfg.peer_tokens // bt, cfg.lower_policy, clock)

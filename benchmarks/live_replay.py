@@ -103,6 +103,11 @@ class BlockTokens:
     def prompt(self, blocks: Sequence[int]) -> List[int]:
         return [t for b in blocks for t in self.run(b)]
 
+    def first_tokens(self) -> Optional[Dict[int, int]]:
+        """Block -> the id its run starts with, for the offline twin (engines.RadixUnits: the twin's tree keys are
+        then the server's); None with one token per block, where the twin keeps block ids."""
+        return {b: rank % self.vocab for b, rank in self._first.items()} if self.k > 1 else None
+
 
 def sibling_ranks(requests: Sequence[Request]) -> Dict[int, int]:
     """Block id -> its rank among the children of its parent (the block before it in a row; the root for a
@@ -315,11 +320,13 @@ def server_pool_tokens(server: Server) -> Optional[int]:
     return int(found.group(1)) if found else None
 
 
-def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Optional[int] = None) -> dict:
+def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Optional[int] = None,
+                   first_tokens: Optional[Dict[int, int]] = None) -> dict:
     """The same rows replayed offline through the same classes, in the live server's units: one radix token per
-    sent token id, the one token each request generates cached after its prompt, and (device-only servers) the
-    server's chunked prefill: a long prompt's chunks are inserted, undecided, before it finishes. The host-tier
-    twin does not model chunks yet."""
+    sent token id, each block starting with the id the server saw first in it (`first_tokens`: the tree's keys,
+    and so the chains the self-tuner samples, are the server's), the one token each request generates cached
+    after its prompt, and (device-only servers) the server's chunked prefill: a long prompt's chunks are
+    inserted, undecided, before it finishes. The host-tier twin does not model chunks yet."""
     from benchmarks.replay import ReplayConfig, replay
 
     spec = SERVER_KINDS[name]
@@ -327,7 +334,8 @@ def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Op
     result = replay(trace, ReplayConfig(
         policy=spec.offline_policy, capacity_tokens=cfg.capacity_tokens,
         host_tokens=cfg.host_tokens if spec.host_tier else 0,
-        radix_tokens_per_block=cfg.tokens_per_block, output_tokens=1, prefill_chunk_tokens=chunk))
+        radix_tokens_per_block=cfg.tokens_per_block, output_tokens=1, prefill_chunk_tokens=chunk,
+        block_first_tokens=first_tokens))
     return {"token_hit_rate": result.token_hit_rate, "hit_tokens_by_tier": result.hit_tokens_by_tier,
             "admissions_rejected": result.admissions_rejected, "radix_tokens_per_block": cfg.tokens_per_block,
             # with the host tier: the class the server runs (host_engine)
@@ -427,7 +435,7 @@ def live_replay(trace: Trace, names: Sequence[str], cfg: LiveConfig, log_dir: Pa
         except RuntimeError as e:  # did not start: the other servers still run; reported, and the exit is 1
             out[name] = {"error": str(e)[-2000:], "failures": len(trace.requests)}
             continue
-        run = replace(run, offline=offline_replay(name, trace, cfg, run.prefill_chunk))
+        run = replace(run, offline=offline_replay(name, trace, cfg, run.prefill_chunk, blocks.first_tokens()))
         out[name] = summarize(run, trace, cfg)
     config = {"trace": trace.path, "rows": len(trace.requests), "block_tokens": trace.block_tokens,
               "capacity_tokens": cfg.capacity_tokens, "host_tokens": cfg.host_tokens,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Mapping, Optional
 
 from benchmarks.cost import DEFAULT_KV_BYTES_PER_TOKEN, Profile
 from benchmarks.engines import REFERENCE_ENGINES, STOCK_POLICIES, make_engine
@@ -44,6 +44,9 @@ class ReplayConfig:
     output_tokens: int = 0
     # the live server's chunked_prefill_size in radix tokens (0: no chunks), for the live replay's twin
     prefill_chunk_tokens: int = 0
+    # block -> the token id a live server sees first in it (the live replay's twin: engines.RadixUnits), so that
+    # the twin's tree keys, and the blocks the self-tuner samples by their hashes, are the server's
+    block_first_tokens: Optional[Mapping[int, int]] = None
     # the server's --tier-shadow-rate (tiers.shadow: self-tuning from shadow caches; 0: off); the device-only
     # tree of the project's policies runs it, as the server does
     shadow_rate: float = TuningConfig.sample_rate
@@ -97,7 +100,7 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
         else:
             engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config,
                                  cfg.radix_tokens_per_block, cfg.output_tokens, cfg.prefill_chunk_tokens,
-                                 tuning_at(cfg.shadow_rate))
+                                 tuning_at(cfg.shadow_rate), cfg.block_first_tokens)
         served = _serve(engine, lower if specs else None, reqs, cfg, clock, bt)
     return _result(trace, cfg, engine, lower, served, host_engine)
 

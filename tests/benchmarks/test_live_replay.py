@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 
 import pytest
 
@@ -52,6 +53,46 @@ def test_sibling_blocks_part_at_their_first_token():
     assert len(set(firsts)) == 300  # root's children: all distinct first tokens
     assert m.run(1007)[0] != m.run(2000)[0]  # block 7's two children part at once
     assert m.run(5)[1:] == BlockTokens(K, 2048).run(5)[1:]  # the rest of the run is still seeded by the block
+
+
+def tier_keys(cache) -> Counter:
+    """Every node's policy key (a split's back parts can share one: keys are given when a node is made)."""
+    keys, stack = Counter(), list(cache.root_node.children.values())
+    while stack:
+        node = stack.pop()
+        keys[node.tier_key] += 1
+        stack.extend(node.children.values())
+    return keys
+
+
+def test_the_twin_keys_its_tree_as_the_server_does():
+    """Guards: a twin whose blocks are other token ids than the server's. Its tree has the same shape, but its
+    keys differ, so the self-tuner samples other chains and the twin can follow another trajectory (live
+    synthetic, 2,000 rows: the server went lru -> gated -> lru, the twin stayed on lru)."""
+    import torch
+
+    from benchmarks.engines import TieredEngine
+    from benchmarks.live_replay import sibling_ranks
+    from benchmarks.trace import Request
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang_ext.tiered_cache import TieredRadixCache
+    from tiers.clock import ManualClock
+
+    rows = [Request(i, 0.0, 512 * len(b), 1, b, 512) for i, b in enumerate([(1, 2, 3), (1, 2, 4), (1, 5), (6, 7)])]
+    m = BlockTokens(K, 2048, sibling_ranks(rows))
+    server = TieredRadixCache.create_simulated(policy="tinylfu", capacity_tokens=100 * K, clock=ManualClock())
+    for r in rows:
+        ids = m.prompt(r.blocks)
+        server.insert(InsertParams(key=RadixKey(ids), value=torch.arange(len(ids), dtype=torch.int64)))
+    twins = [TieredEngine("tinylfu", 100, ManualClock(), radix_tokens_per_block=K, first_tokens=first)
+             for first in (m.first_tokens(), None)]
+    for twin in twins:
+        for r in rows:
+            twin.access(r)
+    assert sum(tier_keys(server).values()) == 6  # blocks (1), (2), (3), (4), (5) and (6, 7)
+    assert tier_keys(twins[0].cache) == tier_keys(server)
+    assert not tier_keys(twins[1].cache) & tier_keys(server)  # plain block ids: the same shape, other keys
 
 
 def test_prompts_share_exactly_the_tokens_of_their_shared_blocks():

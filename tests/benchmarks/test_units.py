@@ -47,6 +47,16 @@ def test_evicted_radix_tokens_map_back_to_blocks_once_each_in_order():
         RadixUnits(0)
 
 
+def test_a_block_can_start_with_the_token_a_server_saw_first_and_still_maps_back():
+    """The live replay's twin: block b starts with its given first token, its other tokens lie above every first
+    token (so no block's run is taken for another's), and freed tokens other than first ones map back."""
+    units = RadixUnits(4, {3: 1, 0: 0})
+    assert list(units.tokens([3, 0])) == [1, 15, 16, 17, 0, 3, 4, 5]
+    assert units.blocks([15, 1, 0, 4, 17]) == [3, 0]
+    with pytest.raises(ValueError):
+        RadixUnits(1, {0: 0})
+
+
 def test_cli_flag_reaches_the_replay_config():
     parser = build_parser()
     for command in (["replay", "--policy", "lru", "--capacity-tokens", "1e6"], ["sweep", "--out", "x"]):
