@@ -87,7 +87,7 @@ class BlockTokens:
         if tokens_per_block < 1 or vocab_size < 2:
             raise ValueError(f"need tokens_per_block >= 1 and vocab_size >= 2, got {tokens_per_block}, {vocab_size}")
         self.k, self.vocab = tokens_per_block, vocab_size
-        self._first = first_tokens or {}
+        self._first = {b: rank % vocab_size for b, rank in (first_tokens or {}).items()}  # block -> its first id
         self._runs: Dict[int, List[int]] = {}
 
     def run(self, block: int) -> List[int]:
@@ -96,7 +96,7 @@ class BlockTokens:
             rng = random.Random(block)
             ids = [rng.randrange(self.vocab) for _ in range(self.k)]
             if block in self._first:
-                ids[0] = self._first[block] % self.vocab
+                ids[0] = self._first[block]
             self._runs[block] = ids
         return ids
 
@@ -106,7 +106,7 @@ class BlockTokens:
     def first_tokens(self) -> Optional[Dict[int, int]]:
         """Block -> the id its run starts with, for the offline twin (engines.RadixUnits: the twin's tree keys are
         then the server's); None with one token per block, where the twin keeps block ids."""
-        return {b: rank % self.vocab for b, rank in self._first.items()} if self.k > 1 else None
+        return dict(self._first) if self.k > 1 else None
 
 
 def sibling_ranks(requests: Sequence[Request]) -> Dict[int, int]:

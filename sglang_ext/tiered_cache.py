@@ -70,15 +70,24 @@ _DECISION = "_tier_admission"  # set on SGLang's Req once its remainder is decid
 OWN_CHUNK = "tier_own_chunk"
 
 
+def is_own_chunk(node) -> bool:
+    return getattr(node, OWN_CHUNK, False)
+
+
+def mark_own_chunk(node, own: bool = True) -> None:
+    """Mark `node` as a chunk's, or (own False) as not; a split's front part takes its node's mark."""
+    setattr(node, OWN_CHUNK, own)
+
+
 def own_chunk_tokens(path) -> int:
     """Tokens of `path` that the recording request's own chunks inserted."""
-    return sum(len(n.key) for n in path if getattr(n, OWN_CHUNK, False))
+    return sum(len(n.key) for n in path if is_own_chunk(n))
 
 
 def used_before(node) -> bool:
     """Whether a node on a recorded request's path was there before the request; clears the request's own mark."""
-    if getattr(node, OWN_CHUNK, False):
-        setattr(node, OWN_CHUNK, False)
+    if is_own_chunk(node):
+        mark_own_chunk(node, False)
         return False
     return True
 
@@ -403,7 +412,7 @@ class TieredRadixCache(RadixCache):
                 policy.on_insert(node, node.tier_key, len(node.key), self._entry(node.parent))
                 calls += 1
                 if own:
-                    setattr(node, OWN_CHUNK, True)
+                    mark_own_chunk(node)
             elif counted and used_before(node):
                 policy.on_access(node)
                 calls += 1
@@ -534,8 +543,7 @@ class TieredRadixCache(RadixCache):
         new_node = super()._split_node(key, child, split_len)
         old_key = child.tier_key
         new_node.tier_key = old_key
-        if getattr(child, OWN_CHUNK, False):
-            setattr(new_node, OWN_CHUNK, True)
+        mark_own_chunk(new_node, is_own_chunk(child))
         child.tier_key = self._child_tier_key(new_node, child.key.child_key(self.page_size))
         t0 = time.perf_counter_ns()
         self.policy.on_insert(new_node, old_key, len(new_node.key), self._entry(new_node.parent))

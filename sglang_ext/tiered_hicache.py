@@ -64,7 +64,7 @@ from sglang.srt.mem_cache.utils import get_eviction_strategy
 from sglang_ext.serving_cache import ServedRequests, tenant_label
 from sglang_ext.simulated_host import serve_request, simulated_hicache
 from sglang_ext.tier_views import TierView
-from sglang_ext.tiered_cache import OWN_CHUNK, own_chunk_tokens, peek_path, used_before
+from sglang_ext.tiered_cache import is_own_chunk, mark_own_chunk, own_chunk_tokens, peek_path, used_before
 from tiers.clock import MonotonicClock
 from tiers.keys import path_key
 from tiers.policy import Candidate, create_policy
@@ -211,8 +211,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         new_node = super()._split_node(key, child, split_len)
         # The front keeps the path's identity; the back is keyed afresh under its new parent.
         new_node.tier_key = front_key
-        if getattr(child, OWN_CHUNK, False):
-            setattr(new_node, OWN_CHUNK, True)
+        mark_own_chunk(new_node, is_own_chunk(child))
         child.tier_key = path_key(front_key, child.key.child_key(self.page_size))
         if hasattr(self, "device_view"):
             self.device_view.split(new_node, child)
@@ -243,7 +242,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         keys = [self._tier_key(n) for n in path]
         if matched < len(key):
             keys.append(path_key(self._tier_key(anchor), key.child_key_at(matched, self.page_size)))
-        before = [n for n in path if not getattr(n, OWN_CHUNK, False)]  # not the request's own chunks
+        before = [n for n in path if not is_own_chunk(n)]  # not the request's own chunks
         on_device = sum(len(n.key) for n in before if not n.evicted)
         on_host = sum(len(n.key) for n in before if n.backuped)
         hit = matched - own_chunk_tokens(path)
@@ -270,7 +269,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             if node not in self.device_view:
                 self.device_view.add(node, self._tier_key(node))
                 if params.chunked and not counted:
-                    setattr(node, OWN_CHUNK, True)
+                    mark_own_chunk(node)
             elif used:
                 self.device_view.access(node)
             if used and node not in backed_up_now:
