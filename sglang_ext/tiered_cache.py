@@ -304,9 +304,10 @@ class TieredRadixCache(RadixCache):
             self._evict_tokens(self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens,
                                lambda n: n.lock_ref > 0 or n in on_path)
         if counted:
-            self._record_request(path, cand_key, matched - own_chunk_tokens(path), len(key))
+            hit = matched - own_chunk_tokens(path)  # the request's own hit: not its own chunks
+            self._record_request(path, cand_key, hit, len(key))
             if self.tuner is not None:
-                self._offer_to_shadows(path, cand_key, key, params.priority, ttl_s)
+                self._offer_to_shadows(path, cand_key, key, params.priority, ttl_s, hit)
         deciding = (self._simulated and not params.chunked) or (self._deciding and counted)
         if remainder and deciding:
             if not self._admits(path, anchor, cand_key, remainder, counted, ttl_s):
@@ -344,13 +345,14 @@ class TieredRadixCache(RadixCache):
         policy.observe(matched, total)
         self._charge(t0, len(path) + (cand_key is not None) + 1)
 
-    def _offer_to_shadows(self, path, cand_key, key, priority: int, ttl_s) -> None:
-        """Let the tuner sample the request; switch the live policy if it says so. Counted as policy cost."""
+    def _offer_to_shadows(self, path, cand_key, key, priority: int, ttl_s, hit: int) -> None:
+        """Let the tuner sample the request (the tree held `hit` tokens of it); switch the live policy if it says
+        so. Counted as policy cost."""
         t0 = time.perf_counter_ns()
         keys = [node.tier_key for node in path]
         if cand_key is not None:
             keys.append(cand_key)
-        setting = self.tuner.offer(keys, (key, priority, ttl_s), len(key))
+        setting = self.tuner.offer(keys, (key, priority, ttl_s), len(key), hit)
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: the live policy now runs %r (%s)", setting.name, self.tuner.stats())

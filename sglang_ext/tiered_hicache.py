@@ -182,11 +182,11 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         shadow._steer(setting)
         return _HostTierShadow(shadow)
 
-    def _offer_to_shadows(self, keys, key, priority: int) -> None:
-        """Let the tuner sample the request; switch both tiers' setting if it says so. Counted as device policy
-        cost (the shadows' work is the tuner's)."""
+    def _offer_to_shadows(self, keys, key, priority: int, hit: int) -> None:
+        """Let the tuner sample the request (the tree held `hit` tokens of it, on either tier); switch both
+        tiers' setting if it says so. Counted as device policy cost (the shadows' work is the tuner's)."""
         t0 = time.perf_counter_ns()
-        setting = self.tuner.offer(keys, (key, priority, self._request_ttl_s), len(key))
+        setting = self.tuner.offer(keys, (key, priority, self._request_ttl_s), len(key), hit)
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: both tiers now run %r (%s)", setting.name, self.tuner.stats())
@@ -249,7 +249,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         self.device_view.record(keys, min(on_device, hit), len(key))
         self.host_view.record(keys, min(on_host, hit), len(key))
         if self.tuner is not None:
-            self._offer_to_shadows(keys, key, priority)
+            self._offer_to_shadows(keys, key, priority, hit)
 
     def insert(self, params):
         key, _ = params.key.maybe_to_bigram_view(self.is_eagle)

@@ -29,6 +29,12 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   requests, and on traffic whose hits are few and large a lead of 0.01 can be noise). The live policy starts on
   the first setting (recency: SGLang's own LRU), so until the shadows show that another setting pays, the tier
   behaves as stock SGLang.
+- **Fidelity**: the tier tells the tuner how much of each sampled request the live tree held (its own hit: a
+  chunked prefill's own chunks excluded), and a switch also needs the live setting's miniature to read within
+  `fidelity_factor` of the live tree's windowed rate on the same requests. A miniature that does not track the
+  tree it stands for says nothing about what the tree would gain by changing: on the first 2,000 rows of the
+  synthetic trace the recency miniature read 0.003 while the live tree (on recency) held 0.012 of the same
+  requests, as much as the learned miniature promised, and the switch it allowed cost 0.0006 against LRU.
 
 Cost: a sampled request costs one request on each shadow, so the tuner adds about the rate x the candidates
 of the tree's per-request work; memory is the shadows (their capacity) plus `head_memory` head counts.
@@ -77,6 +83,7 @@ class TuningConfig:
     min_capacities: float = 2.0  # sampled traffic before the first switch
     margin: float = 0.002  # token hit rate by which another setting must beat the live one
     min_z: float = 1.0  # and its per-request lead over the live one, in standard errors (paired)
+    fidelity_factor: float = 2.0  # and the live setting's shadow within this factor of the live tree's rate
     head_requests: int = 32  # requests through a key that make it a shared head
     head_memory: int = 4096  # keys whose request counts are kept
 
@@ -89,6 +96,8 @@ class TuningConfig:
         if min(self.window_capacities, self.decide_capacities) <= 0 or min(self.min_capacities, self.margin,
                                                                            self.min_z) < 0:
             raise ValueError("window and decision interval must be > 0, min traffic, margin and min_z >= 0")
+        if not self.fidelity_factor >= 1:
+            raise ValueError(f"fidelity_factor must be >= 1, got {self.fidelity_factor}")
         if self.head_requests < 2 or self.head_memory < 1:
             raise ValueError("head_requests must be >= 2 and head_memory >= 1")
         if self.min_shadow_requests < 0 or self.warmup_requests < 1:
@@ -110,6 +119,7 @@ class TuningStats:
     sampled_requests: int
     switches: int
     shadow_hit_rates: Dict[str, float]  # windowed token hit rate of each shadow (0.0 before any traffic)
+    live_tree_hit_rate: float  # the live tree's own windowed hit rate on the same sampled requests
 
 
 class Shadow(Protocol):
@@ -196,6 +206,7 @@ class ShadowTuner:
         self._shadows: list = []
         self._hits = [0.0] * len(config.settings)
         self._totals = [0.0] * len(config.settings)
+        self._tree = [0.0, 0.0]  # the live tree's own hits and units on the sampled requests, windowed alike
         self._pairs = PairedLeads(len(config.settings))
         self._since_halving = 0.0
         self._since_decision = 0.0
@@ -215,9 +226,10 @@ class ShadowTuner:
         """(setting, its shadow cache) for each candidate; empty until the warm-up ends."""
         return tuple(self._shadows)
 
-    def offer(self, keys: Sequence[Hashable], request, units: int) -> Optional[Setting]:
-        """A request of `units` passed `keys` (root first) in the live tree. If its chain is sampled, every
-        shadow serves `request`; returns the setting to switch the live policy to, or None to keep it."""
+    def offer(self, keys: Sequence[Hashable], request, units: int, live_hit: float) -> Optional[Setting]:
+        """A request of `units` passed `keys` (root first) in the live tree, which held `live_hit` units of it.
+        If its chain is sampled, every shadow serves `request`; returns the setting to switch the live policy
+        to, or None to keep it."""
         self._requests += 1
         if self.sampler is None:
             self._warm_up(units)
@@ -232,6 +244,7 @@ class ShadowTuner:
             self._totals[i] += total
             hits.append(hit)
         self._pairs.add(hits)
+        self._tree = [self._tree[0] + live_hit, self._tree[1] + units]
         self._seen += units
         self._since_halving += units
         self._since_decision += units
@@ -244,6 +257,7 @@ class ShadowTuner:
             self._since_halving = 0.0
             self._hits = [h * 0.5 for h in self._hits]
             self._totals = [t * 0.5 for t in self._totals]
+            self._tree = [x * 0.5 for x in self._tree]
             self._pairs.halve()
         return setting
 
@@ -262,8 +276,17 @@ class ShadowTuner:
     def _rate(self, i: int) -> float:
         return self._hits[i] / self._totals[i] if self._totals[i] else 0.0
 
+    def _live_tree_rate(self) -> float:
+        hits, units = self._tree
+        return hits / units if units else 0.0
+
+    def _tracks_live_tree(self) -> bool:
+        """Whether the live setting's miniature reads within `fidelity_factor` of the live tree's own rate."""
+        shadow, tree = self._rate(self._live), self._live_tree_rate()
+        return max(shadow, tree) <= self.config.fidelity_factor * min(shadow, tree)
+
     def _choose(self) -> Optional[Setting]:
-        if self._seen < self.config.min_capacities * self.shadow_capacity:
+        if self._seen < self.config.min_capacities * self.shadow_capacity or not self._tracks_live_tree():
             return None
         best = max(range(len(self._shadows)), key=self._rate)
         if best == self._live or self._rate(best) <= self._rate(self._live) + self.config.margin:
@@ -281,4 +304,5 @@ class ShadowTuner:
             sampled_requests=self._sampled,
             switches=self._switches,
             shadow_hit_rates={s.name: round(self._rate(i), 6) for i, s in enumerate(self.config.settings)},
+            live_tree_hit_rate=round(self._live_tree_rate(), 6),
         )

@@ -102,6 +102,31 @@ def _nodes(cache):
     return out
 
 
+@pytest.mark.parametrize("host_tier", [False, True], ids=["device", "host-tier"])
+def test_the_tuner_is_told_the_live_trees_own_hit(conversation_slice, host_tier):
+    """Guards the fidelity check's input: with every chain sampled and one window over the run, the tuner's live
+    tree rate must be the tree's own hit rate after the warm-up (with the host tier: device and host hits)."""
+    tuning = TuningConfig(sample_rate=1.0, max_rate=1.0, window_capacities=1e9)
+    trace, clock = conversation_slice, ManualClock(0.0)
+    with logical_tree_time():
+        if host_tier:
+            engine = HostTierEngine("tinylfu", 600, 1200, clock, trace.block_tokens, tuning=tuning)
+        else:
+            engine = TieredEngine("tinylfu", 600, clock, tuning=tuning)
+        hit = host_hit = total = 0
+        for i, req in enumerate(trace.requests[:600]):
+            clock.set(max(clock.now(), req.time_s))
+            access = engine.access(req)
+            if i >= tuning.warmup_requests:
+                host_hit += engine.last_host_blocks if host_tier else 0
+                hit += access.hit_blocks
+                total += len(req.blocks)
+    hit += host_hit
+    stats = engine.cache.tuner.stats()
+    assert stats.sampled_requests == 600 - tuning.warmup_requests and hit > 0 and (host_hit > 0) == host_tier
+    assert stats.live_tree_hit_rate == pytest.approx(hit / total, abs=1e-6)
+
+
 @pytest.mark.parametrize("setting", DEFAULT_SETTINGS, ids=lambda s: s.name)
 def test_a_shadow_serves_each_request_as_the_simulated_tree_does(setting):
     """A shadow's insert carries lengths, not token tensors, and reports the hit its own walk matched: request by

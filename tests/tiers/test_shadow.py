@@ -31,11 +31,14 @@ def tuner(rates, capacity=1000, **config):
     return ShadowTuner(cfg, capacity, make), shadows
 
 
-def feed(t, n, units=100):
-    """`n` requests of `units`, each its own chain; the settings the tuner switched to, in order."""
+def feed(t, n, units=100, tree_rate=None):
+    """`n` requests of `units`, each its own chain; the settings the tuner switched to, in order. The live tree
+    holds `tree_rate` of each request (default: what the live setting's shadow would, a faithful miniature)."""
     switched = []
     for i in range(n):
-        s = t.offer([("chain", i)], units, units)
+        rates = {setting.name: shadow.rate for setting, shadow in t.shadows}
+        rate = tree_rate if tree_rate is not None else rates.get(t.live.name, 0.0)
+        s = t.offer([("chain", i)], units, units, units * rate)
         if s is not None:
             switched.append(s.name)
     return switched
@@ -80,14 +83,14 @@ def test_shadows_are_sized_in_capacities_and_requests_not_in_units():
         small = ShadowTuner(cfg, 10_000 * scale, lambda s, c: FixedShadow(0.0))
         big_requests = ShadowTuner(cfg, 10_000 * scale, lambda s, c: FixedShadow(0.0))
         for i in range(4):
-            small.offer([i], 10 * scale, 10 * scale)  # 8 x 10 / 10,000: below the least rate
-            big_requests.offer([i], 200 * scale, 200 * scale)  # 8 x 200 / 10,000 = 0.16
+            small.offer([i], 10 * scale, 10 * scale, 0)  # 8 x 10 / 10,000: below the least rate
+            big_requests.offer([i], 200 * scale, 200 * scale, 0)  # 8 x 200 / 10,000 = 0.16
         assert small.stats().sample_rate == pytest.approx(1 / 16)
         assert small.shadow_capacity == 625 * scale
         assert big_requests.stats().sample_rate == pytest.approx(0.16)
     huge = ShadowTuner(cfg, 1000, lambda s, c: FixedShadow(0.0))
     for i in range(4):
-        huge.offer([i], 900, 900)
+        huge.offer([i], 900, 900, 0)
     assert huge.stats().sample_rate == 0.25  # capped: the CPU bound wins over fidelity
 
 
@@ -117,6 +120,17 @@ def test_no_switch_before_the_least_traffic_nor_within_the_margin():
     assert feed(t, 20) == ["gated"]
     close, _ = tuner({"lru": 0.100, "gated": 0.1019}, window_capacities=1.0, margin=0.002)
     assert feed(close, 500) == [] and close.live.name == "lru"
+
+
+def test_no_switch_while_the_live_settings_miniature_does_not_track_the_live_tree():
+    """Guards the fidelity check: the live tree (on recency) already holds 0.30 of the sampled requests while
+    recency's miniature reads 0.10; the learned miniature's lead over 0.10 is then no evidence of a gain."""
+    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0)
+    assert feed(t, 500, tree_rate=0.30) == [] and t.live.name == "lru"
+    assert t.stats().live_tree_hit_rate == pytest.approx(0.30)
+    assert feed(t, 100, tree_rate=0.15) == ["gated"]  # within a factor of 2 of the miniature: it tracks
+    lax, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, fidelity_factor=4.0)
+    assert feed(lax, 500, tree_rate=0.30) == ["gated"]
 
 
 def test_it_decides_every_decision_interval():
@@ -178,7 +192,7 @@ def test_a_lead_within_the_sampling_noise_switches_far_less_and_a_clear_one_stil
     dict(sample_rate=0.0), dict(sample_rate=0.5, max_rate=0.25), dict(max_rate=1.5), dict(settings=()),
     dict(settings=(LRU, LRU)), dict(window_capacities=0.0), dict(decide_capacities=0.0), dict(margin=-0.1),
     dict(head_requests=1),
-    dict(warmup_requests=0), dict(min_z=-1.0),
+    dict(warmup_requests=0), dict(min_z=-1.0), dict(fidelity_factor=0.5), dict(fidelity_factor=float("nan")),
 ])
 def test_bad_tuning_configs_are_refused(bad):
     with pytest.raises(ValueError):
