@@ -12,8 +12,12 @@ Design note
   (match, load back the host part, evict the shortfall, cache_finished_req, acknowledge the copies; the
   self-tuner's host-tier shadows serve requests with it too), whose cache_finished_req here is
   engines.insert_finished (prompt + output, then the prompt alone; ours with the request's TTL stashed, as
-  ServedRequests does), freeing what the insert found cached already. A prompt longer than the device pool
-  keeps its head, as StockRadixEngine does.
+  ServedRequests does), freeing what the insert found cached already. With `prefill_chunk` (the live server's
+  chunked_prefill_size, in radix tokens) a long prompt's chunks are inserted first, marked chunked, as
+  cache_unfinished_req does (engines.insert_chunks, the TTL stashed too); the request's protected length then
+  moves to the last chunk's end, as SGLang's `cache_protected_len` does, so only what the final insert found
+  cached beyond its own chunks is freed. A prompt longer than the device pool keeps its head, as StockRadixEngine
+  does.
 - TieredHiRadixCache is built in strict mode, as create_simulated is: a policy whose view drifts from the tree
   raises instead of falling back to SGLang's order.
 - Hits, in blocks: device = the match's device indices, host = what init_load_back loaded. The replay loop
@@ -30,7 +34,7 @@ from types import SimpleNamespace
 from typing import Dict, Iterator, Mapping, Optional, Sequence
 
 from benchmarks.engines import (STOCK_POLICIES, TIERED_PREFIX, Access, EngineStats, OutputTokens, RadixUnits,
-                               insert_finished, logical_radix_time)
+                               insert_chunks, insert_finished, logical_radix_time)
 from benchmarks.lower_tiers import LowerTiers, TierCounters, TierSpec
 from benchmarks.trace import Request
 from tiers.shadow import tuning_at
@@ -56,7 +60,7 @@ class HostTierEngine:
 
     def __init__(self, policy: str, capacity_blocks: int, host_blocks: int, clock, block_tokens: int,
                  policy_config: Optional[dict] = None, radix_tokens_per_block: int = 1, output_tokens: int = 0,
-                 tuning=None, first_tokens: Optional[Mapping[int, int]] = None):
+                 tuning=None, first_tokens: Optional[Mapping[int, int]] = None, prefill_chunk: int = 0):
         from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
 
         from sglang_ext.simulated_host import load_back_threshold, simulated_hicache
@@ -64,7 +68,7 @@ class HostTierEngine:
         if capacity_blocks <= 0 or host_blocks <= 0:
             raise ValueError(f"device and host must hold a block each, got {capacity_blocks} and {host_blocks}")
         self.units = RadixUnits(radix_tokens_per_block, first_tokens)
-        self.outputs = OutputTokens(output_tokens)
+        self.outputs = OutputTokens(output_tokens, prefill_chunk)
         r = radix_tokens_per_block
         self.capacity = capacity_blocks * r
         threshold = load_back_threshold(block_tokens / r)
@@ -110,12 +114,16 @@ class HostTierEngine:
         return Access(hit_blocks=device_blocks, evicted=evicted_host)
 
     def _finish(self, ids, output, req: Request, protected: int) -> None:
-        """cache_finished_req: insert prompt + output (ours with the request's TTL stashed, as ServedRequests
-        does), and free the tokens the insert found cached already (computed twice)."""
+        """A chunked prefill's cache_unfinished_req inserts, then cache_finished_req: insert prompt + output (ours
+        with the request's TTL stashed, as ServedRequests does), and free the tokens the insert found cached
+        already beyond the request's own (computed twice)."""
         cache = self.cache
+        ends = self.outputs.chunk_ends(len(ids), protected)
         if not self.stock:
             cache._request_ttl_s = req.ttl_s
         try:
+            insert_chunks(cache, ids, ends, req.priority, req.tenant)
+            protected = ends[-1] if ends else protected  # the request's own chunks are in the tree now
             result = insert_finished(cache, ids, output, req.priority, req.tenant)
         finally:
             if not self.stock:
@@ -192,5 +200,5 @@ def host_tier_engine(cfg, block_tokens: int, clock):
     bt = block_tokens
     engine = HostTierEngine(cfg.policy, cfg.capacity_tokens // bt, cfg.host_tokens // bt, clock, bt,
                             cfg.policy_config, cfg.radix_tokens_per_block, cfg.output_tokens,
-                            tuning_at(cfg.shadow_rate), cfg.block_first_tokens)
+                            tuning_at(cfg.shadow_rate), cfg.block_first_tokens, cfg.prefill_chunk_tokens)
     return engine, HostTiers(engine, bt, cfg.peer_tokens // bt, cfg.lower_policy, clock)

@@ -325,12 +325,12 @@ def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Op
     """The same rows replayed offline through the same classes, in the live server's units: one radix token per
     sent token id, each block starting with the id the server saw first in it (`first_tokens`: the tree's keys,
     and so the chains the self-tuner samples, are the server's), the one token each request generates cached
-    after its prompt, and (device-only servers) the server's chunked prefill: a long prompt's chunks are
-    inserted, undecided, before it finishes. The host-tier twin does not model chunks yet."""
+    after its prompt, and the server's chunked prefill: a long prompt's chunks are inserted, undecided, before it
+    finishes."""
     from benchmarks.replay import ReplayConfig, replay
 
     spec = SERVER_KINDS[name]
-    chunk = prefill_chunk if prefill_chunk and prefill_chunk > 0 and not spec.host_tier else 0
+    chunk = prefill_chunk if prefill_chunk and prefill_chunk > 0 else 0
     result = replay(trace, ReplayConfig(
         policy=spec.offline_policy, capacity_tokens=cfg.capacity_tokens,
         host_tokens=cfg.host_tokens if spec.host_tier else 0,

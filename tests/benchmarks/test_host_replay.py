@@ -186,3 +186,20 @@ def test_sglangs_load_back_threshold_counts_trace_tokens():
     two = trace_of([1, 2], [3, 4], [1, 2], block_tokens=8)
     assert serve("lru", one, device_blocks=2, host_blocks=8)[1][-1] == (0, 0)
     assert serve("lru", two, device_blocks=2, host_blocks=8)[1][-1] == (0, 2)
+
+
+# ---- the live replay's twin: a server that prefills long prompts in chunks ----
+@pytest.mark.parametrize("policy", ["lru", "tinylfu"])
+def test_a_chunked_prefill_keeps_the_device_pool_and_the_tree_in_step(policy):
+    """Guards the twin's chunks: a long prompt's chunks are the request's own KV, inserted before it finishes; its
+    final insert finds them cached and must not free them (SGLang moves `cache_protected_len` past each chunk).
+    Freed as if computed twice, the pool would count fewer tokens in use than the tree holds on the device."""
+    prompts = (list(range(1, 11)), list(range(1, 6)) + list(range(20, 25)), list(range(30, 42)), list(range(1, 11)))
+    with logical_tree_time():
+        engine = HostTierEngine(policy, 25, 50, ManualClock(), BT, radix_tokens_per_block=4, output_tokens=1,
+                                prefill_chunk=8)  # 100-token device pool, 2-block chunks
+        for req in trace_of(*prompts).requests:
+            engine.access(req)
+            on_device = sum(len(n.key) for n in all_nodes(engine.cache) if not n.evicted)
+            assert engine.device_pool.used == on_device
+    assert engine.device_pool.freed_tokens > 0  # the pool was full: eviction freed tokens on the way
