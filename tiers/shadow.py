@@ -206,7 +206,7 @@ class ShadowTuner:
         self._shadows: list = []
         self._hits = [0.0] * len(config.settings)
         self._totals = [0.0] * len(config.settings)
-        self._tree = [0.0, 0.0]  # the live tree's own hits and units on the sampled requests, windowed alike
+        self._tree_hits = self._tree_units = 0.0  # the live tree's own, on the sampled requests, windowed alike
         self._pairs = PairedLeads(len(config.settings))
         self._since_halving = 0.0
         self._since_decision = 0.0
@@ -244,7 +244,8 @@ class ShadowTuner:
             self._totals[i] += total
             hits.append(hit)
         self._pairs.add(hits)
-        self._tree = [self._tree[0] + live_hit, self._tree[1] + units]
+        self._tree_hits += live_hit
+        self._tree_units += units
         self._seen += units
         self._since_halving += units
         self._since_decision += units
@@ -257,7 +258,8 @@ class ShadowTuner:
             self._since_halving = 0.0
             self._hits = [h * 0.5 for h in self._hits]
             self._totals = [t * 0.5 for t in self._totals]
-            self._tree = [x * 0.5 for x in self._tree]
+            self._tree_hits *= 0.5
+            self._tree_units *= 0.5
             self._pairs.halve()
         return setting
 
@@ -277,8 +279,7 @@ class ShadowTuner:
         return self._hits[i] / self._totals[i] if self._totals[i] else 0.0
 
     def _live_tree_rate(self) -> float:
-        hits, units = self._tree
-        return hits / units if units else 0.0
+        return self._tree_hits / self._tree_units if self._tree_units else 0.0
 
     def _tracks_live_tree(self) -> bool:
         """Whether the live setting's miniature reads within `fidelity_factor` of the live tree's own rate."""
