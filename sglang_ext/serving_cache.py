@@ -206,7 +206,9 @@ class ServingTieredCache(ServedRequests, TieredRadixCache):
         out = {
             "policy": counters.pop("policy"),
             "tiers": {"device": {"capacity_tokens": counters.pop("capacity_tokens"),
-                                 "used_tokens": counters.pop("size_tokens"), **counters}},
+                                 "used_tokens": counters.pop("size_tokens"), **counters,
+                                 # what retention may hold now: the budget it earned (tiers.retention.EarnedBudget)
+                                 "retention_budget_tokens": int(self.retention.budget)}},
         }
         if self.tuner is not None:
             out["tuning"] = dataclasses.asdict(self.tuner.stats())
