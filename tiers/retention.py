@@ -347,9 +347,8 @@ class RetainingPolicy(Policy):
     def on_remove(self, entry) -> None:
         retention = self.retention
         if self.earned is not None and retention.retained_size and not retention.is_retained(entry):
-            n = self.inner.index.nodes.get(entry)
-            if n is not None:  # an entry the inner never held is the inner's to refuse, below
-                self.earned.pushed_out(n.key, n.size)
+            n = self.inner.index.nodes[entry]
+            self.earned.pushed_out(n.key, n.size)
         retention.release(entry)
         self.inner.on_remove(entry)
 
