@@ -206,9 +206,7 @@ class ServingTieredCache(ServedRequests, TieredRadixCache):
         out = {
             "policy": counters.pop("policy"),
             "tiers": {"device": {"capacity_tokens": counters.pop("capacity_tokens"),
-                                 "used_tokens": counters.pop("size_tokens"), **counters,
-                                 # what retention may hold now: the budget it earned (tiers.retention.EarnedBudget)
-                                 "retention_budget_tokens": int(self.retention.budget)}},
+                                 "used_tokens": counters.pop("size_tokens"), **counters}},
         }
         if self.tuner is not None:
             out["tuning"] = dataclasses.asdict(self.tuner.stats())

@@ -241,7 +241,7 @@ class TieredRadixCache(RadixCache):
         super().reset()
         inner = create_policy(self._policy_name, self.capacity_tokens, clock=self._tier_clock, **self._policy_config)
         self.retention = Retention(self.capacity_tokens, self._tier_clock, self._retention_budget)
-        self.policy = RetainingPolicy(inner, self.retention, earns=True)
+        self.policy = RetainingPolicy(inner, self.retention)
         self.root_node.tier_key = _ROOT_KEY
         self._n = _Counters()
         self.tuner = None

@@ -14,14 +14,6 @@ victim only when unretained victims do not free enough. Retention
   counts as many tenants: who may use which salt is the operator's to enforce (an API gateway), as for the cache;
   finding the largest holder costs O(log tenants) whatever their number (a lazy max-heap, rebuilt like the expiry
   heap below), so many salts cannot make a retain expensive.
-- can be earned (`EarnedBudget`, the device-only tree's): client TTLs are hints, and a hint must not make the
-  cache worse. Retention *saves* when a retained entry is used again after going unused longer than the cache's
-  lifetime (the tier would likely have evicted it), and *costs* when an unretained entry it pushed out comes
-  back (removed while retention held a share of the tier: that share of its size). Every window (at least as
-  many recorded keys as the tier has entries) the budget halves if the costs beat twice the saves and doubles
-  back towards `budget_fraction` if twice the saves beat the costs, down to `floor` of it; the counts then
-  halve. Going under the budget releases retentions at once, as going over it does. Replayed,
-  honouring every TTL or none is each worse somewhere (benchmarks/RESULTS.md, "What TTLs cost the default").
 Expiry uses a heap with lazy deletion (a refresh pushes a new deadline; stale heap items are skipped), so
 nothing scans all entries. Refreshes would grow that heap with the traffic for a whole TTL (up to a day), so
 it is rebuilt from the live deadlines whenever it holds more than twice as many items as there are
@@ -145,18 +137,10 @@ class Retention:
         if new:
             for started, _ in self._watchers:
                 started(entry)
-        self._fit_budget()
-        return True
-
-    def set_budget(self, budget: float) -> None:
-        """A new size budget; over it, retentions are released at once (the largest holder's oldest first)."""
-        self.budget = budget
-        self._fit_budget()
-
-    def _fit_budget(self) -> None:
         while self.retained_size > self.budget:
             self.release(next(iter(self._age[self._largest_tenant()])))
             self.released_over_budget += 1
+        return True
 
     def _add_size(self, entry: Hashable, delta: int) -> None:
         tenant = self._tenant[entry]
@@ -237,62 +221,6 @@ class Retention:
             heapq.heapify(self._heap)
 
 
-class EarnedBudget:
-    """What retention saves and costs on one tier, and the budget that follows from it (module docstring)."""
-
-    MIN_WINDOW = 64  # recorded keys per window at the least
-
-    def __init__(self, retention: Retention, capacity: int, entries: Callable[[], int], floor: float = 1 / 64,
-                 save_weight: float = 2.0):
-        """`entries()`: how many entries the tier holds (a window is at least that many recorded keys)."""
-        if not 0.0 < floor <= 1.0 or save_weight <= 0:
-            raise ValueError(f"need 0 < floor <= 1 and save_weight > 0, got {floor}, {save_weight}")
-        self.retention = retention
-        self.capacity = capacity
-        self._entries = entries
-        self._window = self.MIN_WINDOW
-        self.full = retention.budget
-        self.floor = floor
-        # a saved hit is seen, a cost is inferred (a share of a return): the hint keeps the benefit of the doubt
-        # until it costs twice what it saves (chosen on the tuning set, benchmarks/RESULTS.md)
-        self.save_weight = save_weight
-        self.share = 1.0  # of the full budget, now
-        self.saves = self.costs = 0.0
-        self._pushed_out: "OrderedDict[Hashable, float]" = OrderedDict()  # key -> its cost if it comes back
-        self._records = 0
-
-    def saved(self, size: int) -> None:
-        self.saves += size * self.save_weight
-
-    def pushed_out(self, key: Hashable, size: int) -> None:
-        """An unretained entry left the tier while retention held part of it."""
-        pushed = self._pushed_out
-        pushed[key] = size * min(1.0, self.retention.retained_size / self.capacity)
-        pushed.move_to_end(key)
-        while len(pushed) > 4 * self._window:  # a return later than four windows is no evidence
-            pushed.popitem(last=False)
-
-    def recorded(self, key: Hashable) -> None:
-        """A key the tier was asked for (runs for every recorded key: kept to a dict lookup and a count)."""
-        cost = self._pushed_out.pop(key, None)
-        if cost is not None:
-            self.costs += cost
-        self._records += 1
-        if self._records >= self._window:
-            self._settle()
-
-    def _settle(self) -> None:
-        if self.costs > self.saves:
-            self.share = max(self.floor, self.share / 2)
-        elif self.saves > self.costs:
-            self.share = min(1.0, self.share * 2)
-        self.retention.set_budget(self.full * self.share)
-        self.saves /= 2
-        self.costs /= 2
-        self._records = 0
-        self._window = max(self.MIN_WINDOW, self._entries())
-
-
 class RetainingPolicy(Policy):
     """Wraps any policy: retained entries become victims only after every unretained one.
 
@@ -302,9 +230,7 @@ class RetainingPolicy(Policy):
     can cover the whole device, and that walk was most of the policy's time. Any other policy is asked
     `is_retained` for each entry its first pass reaches."""
 
-    def __init__(self, inner: Policy, retention: Retention, earns: bool = False):
-        """`earns`: the budget follows what retention earns here (`EarnedBudget`), for an inner policy that can
-        tell whether an entry `outlived` the cache's lifetime; one tier per Retention earns."""
+    def __init__(self, inner: Policy, retention: Retention):
         # deliberately not calling Policy.__init__ twice over the same state: share the inner's settings
         self.inner = inner
         self.retention = retention
@@ -317,16 +243,6 @@ class RetainingPolicy(Policy):
         self.observe = inner.observe
         self.may_admit = inner.may_admit
         self.admit = inner.admit
-        self.earned = None
-        if earns and callable(getattr(inner, "outlived", None)):
-            self.earned = EarnedBudget(retention, inner.capacity, inner.__len__)
-            recorded, inner_record = self.earned.recorded, inner.record
-
-            def record(key) -> None:  # a closure: this runs for every key a request passes
-                recorded(key)
-                inner_record(key)
-
-            self.record = record
         self._parks = callable(getattr(inner, "park", None))
         if self._parks:  # inserts go through on_insert below, which parks an entry that arrives retained
             retention.watch(inner.park, inner.unpark)
@@ -339,17 +255,11 @@ class RetainingPolicy(Policy):
             self.inner.park(entry)
 
     def on_access(self, entry) -> None:
-        if self.earned is not None and self.retention.is_retained(entry) and self.inner.outlived(entry):
-            self.earned.saved(self._size_of(entry))
         self.retention.touch(entry)
         self.inner.on_access(entry)
 
     def on_remove(self, entry) -> None:
-        retention = self.retention
-        if self.earned is not None and retention.retained_size and not retention.is_retained(entry):
-            n = self.inner.index.nodes[entry]
-            self.earned.pushed_out(n.key, n.size)
-        retention.release(entry)
+        self.retention.release(entry)
         self.inner.on_remove(entry)
 
     def on_resize(self, entry, new_size, new_parent, new_key=None) -> None:

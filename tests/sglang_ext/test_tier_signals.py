@@ -136,19 +136,3 @@ def test_a_failing_signal_hook_never_reaches_sglangs_tree_code():
     recorder.record_remove("n2")
     assert inner.calls == [("store", "n1"), ("remove", "n2")]  # SGLang's own recorder still got both
     assert recorder.enabled is False  # everything else is SGLang's recorder's
-
-
-def test_ttls_that_cost_more_than_they_save_shrink_the_retention_budget():
-    """Client TTLs are hints (tiers.retention.EarnedBudget): one-shot prompts sent with a TTL, never asked for
-    again, push out eight prefixes sent without one that keep coming back; the budget retention may hold shrinks,
-    and /tiers/stats shows it."""
-    clock = ManualClock()
-    cache = ServingTieredCache.create_simulated(policy="tinylfu", capacity_tokens=400, clock=clock)
-    full = device(cache)["retention_budget_tokens"]
-    assert full == 200  # half the tier, the default budget
-    for i in range(300):
-        key = prompt(1000 + i)
-        cache.insert(InsertParams(key=key, value=torch.arange(len(key), dtype=torch.int64)), ttl_s=300.0)
-        insert(cache, prompt(i % 8))
-        clock.advance(1)
-    assert device(cache)["retention_budget_tokens"] < full / 4

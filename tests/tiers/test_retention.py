@@ -8,7 +8,7 @@ from tiers.clock import ManualClock
 from tiers.policies._tree import select_leaves
 from tiers.policies.tinylfu import TinyLFUPolicy
 from tiers.policy import create_policy, policy_names
-from tiers.retention import EarnedBudget, Retention, RetainingPolicy, parse_cache_control, parse_ttl
+from tiers.retention import Retention, RetainingPolicy, parse_cache_control, parse_ttl
 
 
 def test_parse_cache_control():
@@ -175,65 +175,6 @@ def test_retained_entries_are_evicted_last(name):
     assert set(vs[:2]) == {2, 3} and vs[2] in (0, 1)
     clock.set(10)  # expired: ordinary again
     assert len(p.victims(4)) == 4
-
-
-# ---- a budget retention earns (EarnedBudget) ----
-def _window(earned, entries=64, returns=()):  # the tier holds `entries` (a window is 64 keys at the least)
-    """One window of recorded keys (`returns` among them, the rest new)."""
-    keys = list(returns) + [("new", i) for i in range(entries - len(returns))]
-    for k in keys:
-        earned.recorded(k)
-
-
-def test_a_budget_that_costs_more_than_twice_what_it_saves_halves_and_lets_go_at_once():
-    """Guards the earned budget: returns of entries pushed out while retention held the tier shrink its budget
-    (releasing retentions over it at once), to a floor; saves bring it back; a cost within twice the saves keeps
-    it."""
-    clock = ManualClock()
-    ret = Retention(1000, clock)  # full budget 500
-    for e in range(5):
-        ret.retain(e, 100, 60.0)
-    earned = EarnedBudget(ret, 1000, lambda: 64)
-    for i in range(10):  # pushed out while half the tier was retained: each costs half its size if it returns
-        earned.pushed_out(("gone", i), 40)
-    _window(earned, returns=[("gone", i) for i in range(10)])  # costs 200, saves 0
-    assert earned.share == 0.5 and ret.budget == 250 and ret.retained_size <= 250
-    earned.saved(100)  # weighed twice: 200 against what is left of the costs (100)
-    _window(earned)
-    assert earned.share == 1.0 and ret.budget == 500
-    for _ in range(8):
-        for i in range(10):
-            earned.pushed_out(("again", i), 40)
-        _window(earned, returns=[("again", i) for i in range(10)])
-    assert earned.share == earned.floor and ret.budget == 500 * earned.floor
-    close = EarnedBudget(Retention(1000, clock), 1000, lambda: 64)
-    close.retention.retain("r", 500, 60.0)
-    close.pushed_out("k", 100)  # all of the budget retained: the return costs 50
-    close.saved(30)  # 60 weighed: the cost is within twice the saves
-    _window(close, returns=["k"])
-    assert close.share == 1.0
-
-
-def test_retaining_policy_counts_saves_and_costs_on_the_tree_it_wraps():
-    """A retained entry used after outliving the cache's lifetime is a save; an unretained entry removed while
-    retention holds part of the tier, and asked for again, is a cost; a policy that cannot tell the first
-    (no `outlived`) does not earn."""
-    clock = ManualClock()
-    inner = TinyLFUPolicy(100, clock)
-    ret = Retention(100, clock)
-    p = RetainingPolicy(inner, ret, earns=True)
-    for e in range(3):
-        p.on_insert(e, ("k", e), 10, None)
-    ret.retain(0, 10, 60.0)
-    inner.lifetime = 1.0  # mean age at eviction, in ticks
-    for _ in range(3):
-        p.record(("other",))  # ticks pass: entry 0 goes unused longer than the lifetime
-    p.on_access(0)
-    assert p.earned.saves == 10 * p.earned.save_weight
-    p.on_remove(1)  # unretained, while 10 of 100 were retained: it costs a tenth of its size if it comes back
-    p.record(("k", 1))
-    assert p.earned.costs == pytest.approx(1.0)
-    assert RetainingPolicy(create_policy("lru", 100, clock=clock), Retention(100, clock), earns=True).earned is None
 
 
 class _EveryEntryByDensity(TinyLFUPolicy):

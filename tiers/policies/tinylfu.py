@@ -231,12 +231,6 @@ class TinyLFUPolicy(Policy):
                 gs -= popitem(last=False)[1][1]
         self._ghost_size = gs
 
-    def outlived(self, entry) -> bool:
-        """Whether `entry` has gone unused longer than the cache's lifetime (the mean age at eviction): without
-        a retention it would likely have been evicted by now."""
-        n = self.index.nodes.get(entry)
-        return n is not None and bool(self.lifetime) and self.now - n.tick > self.lifetime
-
     def _horizon(self) -> float:
         return self.horizon or max(1.0, float(len(self.index.nodes)))
 
