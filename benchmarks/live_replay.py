@@ -159,6 +159,7 @@ class Sent:
     ttft_s: float = 0.0
     error: str = ""
     output_ids: Tuple[int, ...] = ()  # the greedy reply, to compare servers row by row
+    sent_s: float = 0.0  # when it went out (the sender's clock; 0: never sent), the offline twin's clock
 
 
 def row_fields(req) -> dict:
@@ -180,15 +181,15 @@ def send_row(server: Server, ids: List[int], index: int, clock: Callable[[], flo
     try:
         status, reply = server.post_status("/generate", body, timeout=REQUEST_DEADLINE_S, headers=headers)
     except OSError as e:  # includes timeouts: the deadline of this request
-        return Sent(index, False, error=f"{type(e).__name__}: {e}")
+        return Sent(index, False, error=f"{type(e).__name__}: {e}", sent_s=start)
     elapsed = clock() - start
     meta = reply.get("meta_info") if isinstance(reply, dict) else None
     if status != 200 or not isinstance(meta, dict):
-        return Sent(index, False, ttft_s=elapsed, error=f"{status}: {str(reply)[:200]}")
+        return Sent(index, False, ttft_s=elapsed, error=f"{status}: {str(reply)[:200]}", sent_s=start)
     details = meta.get("cached_tokens_details")
     out = reply.get("output_ids")
     return Sent(index, True, int(meta.get("cached_tokens") or 0), details if isinstance(details, dict) else None,
-                elapsed, output_ids=tuple(out) if isinstance(out, list) else ())
+                elapsed, output_ids=tuple(out) if isinstance(out, list) else (), sent_s=start)
 
 
 def send_rows(send: Callable[[int], Sent], times: Sequence[float], speedup: float, concurrency: int,
@@ -320,6 +321,21 @@ def server_pool_tokens(server: Server) -> Optional[int]:
     return int(found.group(1)) if found else None
 
 
+def at_send_times(trace: Trace, sent: Sequence[Sent]) -> Trace:
+    """The trace with each row at the time the live run sent it, from the trace's first time: the server's TTLs
+    run on its clock, so the twin's must too (at `--speedup 0` a slice of many minutes goes out in seconds, and
+    no TTL expires live that the trace's own times would expire). A row never sent keeps the time before it."""
+    sent_at = {s.index: s.sent_s for s in sent if s.sent_s}
+    if not sent_at or not trace.requests:
+        return trace
+    t0, first = trace.requests[0].time_s, min(sent_at.values())
+    times, last = [], 0.0
+    for i in range(len(trace.requests)):
+        last = max(last, sent_at.get(i, last + first) - first)
+        times.append(t0 + last)
+    return replace(trace, requests=[replace(r, time_s=t) for r, t in zip(trace.requests, times)])
+
+
 def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Optional[int] = None,
                    first_tokens: Optional[Dict[int, int]] = None) -> dict:
     """The same rows replayed offline through the same classes, in the live server's units: one radix token per
@@ -435,7 +451,8 @@ def live_replay(trace: Trace, names: Sequence[str], cfg: LiveConfig, log_dir: Pa
         except RuntimeError as e:  # did not start: the other servers still run; reported, and the exit is 1
             out[name] = {"error": str(e)[-2000:], "failures": len(trace.requests)}
             continue
-        run = replace(run, offline=offline_replay(name, trace, cfg, run.prefill_chunk, blocks.first_tokens()))
+        twin = at_send_times(trace, run.sent)  # the server's clock, for its TTLs
+        run = replace(run, offline=offline_replay(name, twin, cfg, run.prefill_chunk, blocks.first_tokens()))
         out[name] = summarize(run, trace, cfg)
     config = {"trace": trace.path, "rows": len(trace.requests), "block_tokens": trace.block_tokens,
               "capacity_tokens": cfg.capacity_tokens, "host_tokens": cfg.host_tokens,

@@ -139,6 +139,24 @@ def test_summary_counts_hits_over_all_the_trace_prompt_tokens_and_failures_apart
     assert (s["ttft_ms_p99"], s["ttft_ms_mean"], s["requests_per_s"]) == (300.0, 200.0, 1.0)
 
 
+def test_the_twin_runs_on_the_clock_the_rows_were_sent_by():
+    """Guards the twin's TTL clock: rows go out at the sender's times (a slice of minutes in seconds at speedup 0),
+    and the server's TTLs expire on that clock, so the twin's rows carry those times (from the trace's first);
+    a row never sent keeps the time before it. A 300 s TTL on a 1,200 s slice sent in 20 s: the twin with the
+    trace's own times let TTLs expire that never expired live (+0.0145 live - offline on 600 tenants-s1 rows)."""
+    from benchmarks.live_replay import Sent, at_send_times
+    from benchmarks.trace import parse_rows
+
+    trace = parse_rows([{"timestamp": 1000 * i, "input_length": 512, "output_length": 1, "hash_ids": [i]}
+                        for i in range(4)])
+    sent = [Sent(0, True, sent_s=50.0), Sent(1, True, sent_s=50.5), Sent(2, False), Sent(3, False, sent_s=52.0)]
+    twin = at_send_times(trace, sent)
+    t0 = trace.requests[0].time_s
+    assert [r.time_s - t0 for r in twin.requests] == [0.0, 0.5, 0.5, 2.0]
+    assert [r.blocks for r in twin.requests] == [r.blocks for r in trace.requests]
+    assert at_send_times(trace, [Sent(i, False) for i in range(4)]) is trace  # nothing went out: trace time
+
+
 def test_percentile_nearest_rank():
     assert percentile([], 0.5) == 0.0
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
