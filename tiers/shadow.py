@@ -206,7 +206,7 @@ class ShadowTuner:
         self._shadows: list = []
         self._hits = [0.0] * len(config.settings)
         self._totals = [0.0] * len(config.settings)
-        self._tree_hits = self._tree_units = 0.0  # the live tree's own, on the sampled requests, windowed alike
+        self._tree_hits = 0.0  # the live tree's own hits on the sampled requests, windowed as the shadows'
         self._pairs = PairedLeads(len(config.settings))
         self._since_halving = 0.0
         self._since_decision = 0.0
@@ -245,7 +245,6 @@ class ShadowTuner:
             hits.append(hit)
         self._pairs.add(hits)
         self._tree_hits += live_hit
-        self._tree_units += units
         self._seen += units
         self._since_halving += units
         self._since_decision += units
@@ -259,7 +258,6 @@ class ShadowTuner:
             self._hits = [h * 0.5 for h in self._hits]
             self._totals = [t * 0.5 for t in self._totals]
             self._tree_hits *= 0.5
-            self._tree_units *= 0.5
             self._pairs.halve()
         return setting
 
@@ -279,7 +277,8 @@ class ShadowTuner:
         return self._hits[i] / self._totals[i] if self._totals[i] else 0.0
 
     def _live_tree_rate(self) -> float:
-        return self._tree_hits / self._tree_units if self._tree_units else 0.0
+        total = self._totals[self._live]  # every shadow was asked for the same sampled units as the tree
+        return self._tree_hits / total if total else 0.0
 
     def _tracks_live_tree(self) -> bool:
         """Whether the live setting's miniature reads within `fidelity_factor` of the live tree's own rate."""

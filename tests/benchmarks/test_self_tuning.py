@@ -1,6 +1,7 @@
 """The self-tuner through the classes the server runs (TieredRadixCache, and TieredHiRadixCache with the host tier,
 with their shadow caches), on traces."""
 
+import dataclasses
 import random
 from array import array
 
@@ -107,23 +108,20 @@ def test_the_tuner_is_told_the_live_trees_own_hit(conversation_slice, host_tier)
     """Guards the fidelity check's input: with every chain sampled and one window over the run, the tuner's live
     tree rate must be the tree's own hit rate after the warm-up (with the host tier: device and host hits)."""
     tuning = TuningConfig(sample_rate=1.0, max_rate=1.0, window_capacities=1e9)
-    trace, clock = conversation_slice, ManualClock(0.0)
-    with logical_tree_time():
-        if host_tier:
-            engine = HostTierEngine("tinylfu", 600, 1200, clock, trace.block_tokens, tuning=tuning)
-        else:
-            engine = TieredEngine("tinylfu", 600, clock, tuning=tuning)
-        hit = host_hit = total = 0
-        for i, req in enumerate(trace.requests[:600]):
+    trace = dataclasses.replace(conversation_slice, requests=conversation_slice.requests[:600])
+    if host_tier:
+        engine, hits = _host_hits("tinylfu", trace, 600, 1200, tuning)
+    else:
+        clock = ManualClock(0.0)
+        engine, hits = TieredEngine("tinylfu", 600, clock, tuning=tuning), []
+        for req in trace.requests:
             clock.set(max(clock.now(), req.time_s))
-            access = engine.access(req)
-            if i >= tuning.warmup_requests:
-                host_hit += engine.last_host_blocks if host_tier else 0
-                hit += access.hit_blocks
-                total += len(req.blocks)
-    hit += host_hit
+            hits.append((engine.access(req).hit_blocks, 0))
+    after = range(tuning.warmup_requests, len(trace.requests))  # the shadows start after the warm-up
+    hit, host_hit = sum(sum(hits[i]) for i in after), sum(hits[i][1] for i in after)
+    total = sum(len(trace.requests[i].blocks) for i in after)
     stats = engine.cache.tuner.stats()
-    assert stats.sampled_requests == 600 - tuning.warmup_requests and hit > 0 and (host_hit > 0) == host_tier
+    assert stats.sampled_requests == len(after) and hit > 0 and (host_hit > 0) == host_tier
     assert stats.live_tree_hit_rate == pytest.approx(hit / total, abs=1e-6)
 
 
