@@ -262,9 +262,11 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             result = super().insert(params)
         finally:
             backed_up_now, self._backed_up_now = self._backed_up_now, None
+        on_device = []  # the path's nodes that hold device KV, root first
         for node in self._walk(key):  # new and revived nodes hold device KV now; the others were used
             if node.evicted:
                 break
+            on_device.append(node)
             used = counted and used_before(node)  # the request's own chunks were not used, but computed
             if node not in self.device_view:
                 self.device_view.add(node, self._tier_key(node))
@@ -275,7 +277,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
             if used and node not in backed_up_now:
                 self.host_view.access(node)  # a no-op unless it was on the host before this insert
         if self._request_ttl_s is not None:
-            self._retain_path(key, self._request_ttl_s, skip_retained=params.chunked)
+            self._retain_path(on_device, self._request_ttl_s, skip_retained=params.chunked)
         return result
 
     def cache_unfinished_req(self, req, chunked=False, **kwargs):
@@ -437,15 +439,14 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         return evicted
 
     # ---- retention ----
-    def _retain_path(self, key, ttl_s: float, skip_retained: bool = False) -> None:
-        """Retain, once each, the device nodes `key` passes through: a walk that changes nothing else (no hit
-        refresh, no split, no access time). `skip_retained`: a topology-only or chunk re-insert, whose earlier
-        nodes this request retained moments ago; only nodes new since then are retained. Retention is policy
-        work: counted as the device policy's, as the device-only tree counts it."""
+    def _retain_path(self, path, ttl_s: float, skip_retained: bool = False) -> None:
+        """Retain, once each, the insert's `path` (its nodes that hold device KV, root first; found by the walk
+        that reported them to the policies, so retention changes nothing else: no hit refresh, no split, no
+        access time). `skip_retained`: a topology-only or chunk re-insert, whose earlier nodes this request
+        retained moments ago; only nodes new since then are retained. Retention is policy work: counted as the
+        device policy's, as the device-only tree counts it."""
         t0, calls = time.perf_counter_ns(), 0
-        for child in self._walk(key):
-            if child.evicted:
-                break
+        for child in path:
             if not (skip_retained and self.retention.is_retained(child)):
                 self.retention.retain(child, len(child.key), ttl_s, child.key.cache_salt)
                 calls += 1
