@@ -95,8 +95,8 @@ def strip_internal_params(body: Any) -> bool:
         if isinstance(node, dict):
             found |= node.pop(TTL_PARAM, MISSING) is not MISSING
             stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+        elif isinstance(node, list):  # only containers can hold a key: a token id list adds nothing to walk
+            stack.extend([x for x in node if isinstance(x, (dict, list))])
     return found
 
 
@@ -132,7 +132,7 @@ def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
         body = parse_body(raw)
         if body is NOT_JSON:
             return 200, raw  # SGLang answers it as it always has
-        stripped = strip_internal_params(body)
+        stripped = may_carry_internal_params(raw) and strip_internal_params(body)  # no walk when none can be there
         if not (carried and isinstance(body, dict)):
             return 200, json.dumps(body).encode() if stripped else raw
         check_request(body, route, limits)

@@ -152,10 +152,19 @@ def check_session_params(params: Any) -> None:
 def check_token_ids(ids: Any, field: str, vocab_size: int) -> None:
     """A list of token ids (or a batch of them) names only tokens of the vocabulary; other shapes are SGLang's."""
     for seq in ids if isinstance(ids, list) and ids and isinstance(ids[0], list) else [ids]:
-        if isinstance(seq, list):
+        if isinstance(seq, list) and seq and not _within(seq, vocab_size):
             bad = next((t for t in seq if _is_int(t) and not 0 <= t < vocab_size), None)
             if bad is not None:
                 raise BadRequest(f"{field} has token id {bad}, outside the vocabulary [0, {vocab_size})")
+
+
+def _within(seq: list, vocab_size: int) -> bool:
+    """True if every number in `seq` lies in [0, vocab_size): two C-speed passes over a prompt's ids. False when
+    unsure (a non-number, or a NaN, in the list); the caller then looks at each id."""
+    try:
+        return 0 <= min(seq) and max(seq) < vocab_size
+    except TypeError:
+        return False
 
 
 def check_input_embeds(embeds: Any, hidden_size: int) -> None:

@@ -174,6 +174,9 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/generate", {"input_ids": [1, 2, 100]}), ("/generate", {"input_ids": [1, -1]}),
     ("/generate", {"input_ids": [[1], [2, 999]]}), ("/v1/completions", {"prompt": [5, 100]}),
     ("/v1/completions", {"prompt": [[5], [-3]]}),
+    # lists a min/max pass cannot judge (mixed types, a NaN) are looked at id by id
+    ("/generate", {"input_ids": [1, "x", 100]}), ("/generate", {"input_ids": [float("nan"), 100]}),
+    ("/generate", {"input_ids": [1, float("nan"), -1]}),
     ("/generate", {"input_embeds": [[0.1, 0.2]]}), ("/generate", {"input_embeds": []}),
     ("/generate", {"input_embeds": [[[0.0, 0.0, 0.0, "x"]]]}),
     ("/generate", {"text": "x", "http_worker_ipc": "ipc:///tmp/elsewhere"}),
