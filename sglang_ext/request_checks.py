@@ -163,7 +163,7 @@ def _within(seq: list, vocab_size: int) -> bool:
     unsure (a non-number, or a NaN, in the list); the caller then looks at each id."""
     try:
         return 0 <= min(seq) and max(seq) < vocab_size
-    except TypeError:
+    except (TypeError, RecursionError):  # lists compare item by item, as deep as a client nested them
         return False
 
 

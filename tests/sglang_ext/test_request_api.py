@@ -188,6 +188,20 @@ def test_what_would_stop_the_scheduler_is_a_400(route, body):
     assert json.loads(out)["message"]
 
 
+def test_deeply_nested_ids_are_answered_not_raised():
+    """The ids check compares a list's items with min/max; lists among them compare as deep as they are nested,
+    up to whatever the JSON parser let through: every such body gets an answer, at any call depth."""
+    def answer(frames: int, raw: bytes):
+        return answer(frames - 1, raw) if frames else rewrite("/generate", raw, None, LIMITS)
+
+    for frames in (0, 40):
+        for depth in range(900, 1000, 7):
+            nested = "[" * depth + "1" + "]" * depth
+            for ids in (f"[[{nested},{nested}]]", f"[[{nested},7]]"):  # lists with lists, lists with a number
+                status, _ = answer(frames, ('{"input_ids": ' + ids + "}").encode())
+                assert status in (200, 400)
+
+
 @pytest.mark.parametrize("route, body", [
     ("/generate", {"input_ids": [0, 99]}), ("/generate", {"input_ids": [[0], [99, 1]]}),
     ("/v1/completions", {"prompt": ["text", "more"]}), ("/v1/completions", {"prompt": [[0, 99]]}),
