@@ -86,6 +86,19 @@ class Region:
     def contains(self, addr: int, length: int) -> bool:
         return self.addr <= addr and addr + length <= self.addr + self.length
 
+    def overlaps(self, other: "Region") -> bool:
+        return self.addr < other.addr + other.length and other.addr < self.addr + self.length
+
+
+def check_disjoint(registered, region: Region) -> None:
+    """`register` refuses memory that overlaps registered memory: NIXL then fails transfers from the outer
+    region whenever a smaller one lies inside it before the bytes moved (NIXL_ERR_NOT_FOUND, nixl 1.5.1),
+    which a caller sees only later, at random (a freed buffer's registration under a new buffer)."""
+    for r in registered:
+        if r.overlaps(region):
+            raise TransferError(f"[{region.addr:#x}, +{region.length}) overlaps registered [{r.addr:#x}, +{r.length}):"
+                                " deregister it first")
+
 
 def deadline_in(seconds: float) -> float:
     """An absolute deadline `seconds` from now, in the clock every transport uses."""
@@ -115,7 +128,8 @@ class Transport(ABC):
 
     @abstractmethod
     def register(self, addr: int, length: int) -> Region:
-        """Make [addr, addr+length) reachable by peers (and usable as a local side)."""
+        """Make [addr, addr+length) reachable by peers (and usable as a local side). Raises TransferError
+        if it overlaps memory registered here already (see check_disjoint)."""
 
     @abstractmethod
     def deregister(self, region: Region) -> None:

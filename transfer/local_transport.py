@@ -17,7 +17,8 @@ import threading
 import uuid
 from typing import Callable, Dict, List, Sequence
 
-from transfer.base import Range, Region, Transport, TransferError, TransferTimeout, Unsettled, check_ranges, remaining
+from transfer.base import (Range, Region, Transport, TransferError, TransferTimeout, Unsettled, check_disjoint,
+                           check_ranges, remaining)
 
 
 class LocalFabric:
@@ -118,6 +119,7 @@ class LocalTransport(Transport):
             raise TransferError(f"cannot register {length} bytes")
         region = Region(addr, length)
         with self._lock:
+            check_disjoint(self._regions, region)
             self._regions.append(region)
         return region
 

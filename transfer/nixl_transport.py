@@ -38,7 +38,8 @@ from typing import Dict, List, Sequence, Set, Tuple
 
 import numpy as np
 
-from transfer.base import Range, Region, Transport, TransferError, TransferTimeout, Unsettled, check_ranges
+from transfer.base import (Range, Region, Transport, TransferError, TransferTimeout, Unsettled, check_disjoint,
+                           check_ranges)
 
 try:  # the `nixl` meta package re-exports the build-specific one; nixl-cu12 alone installs `nixl_cu12`
     from nixl._api import nixl_agent, nixl_agent_config
@@ -157,10 +158,11 @@ class NixlTransport(Transport):
     def register(self, addr: int, length: int) -> Region:
         if length <= 0:
             raise TransferError(f"cannot register {length} bytes")
+        region = Region(addr, length)
+        check_disjoint(self._regions, region)
         descs = self._call("register_memory", self._agent.register_memory, [(addr, length, 0, "")], _MEM)
         if descs is None:
             raise TransferError("register_memory returned None")
-        region = Region(addr, length)
         self._regions[region] = descs
         return region
 

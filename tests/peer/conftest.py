@@ -1,4 +1,5 @@
-"""Peer block servers as real processes on 127.0.0.1, killed in teardown whatever the test did."""
+"""Peer block servers as real processes on 127.0.0.1, killed in teardown whatever the test did, and a NIXL
+endpoint per test to reach them."""
 
 from __future__ import annotations
 
@@ -74,6 +75,18 @@ class PeerProc:
                 except ProcessLookupError:
                     pass
                 p.wait(10)
+
+
+@pytest.fixture
+def transport():
+    """A NIXL endpoint per test: its registrations end with the test. (A module-long one gathered the
+    registrations of buffers earlier tests had freed; a new buffer around such a stale region made NIXL
+    refuse transfers from it, and `register` now refuses overlaps instead.)"""
+    from transfer.nixl_transport import NixlTransport
+
+    t = NixlTransport("test-client")
+    yield t
+    t.close()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.peer.test_peer_server import keys, transport  # noqa: F401 (transport: the module-scoped fixture)
+from tests.peer.test_peer_server import keys
 from tiers.peer.client import PeerClient
 from transfer.base import TransferError
 

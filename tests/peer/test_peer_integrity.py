@@ -15,15 +15,6 @@ from tiers.peer.client import PeerClient
 from tiers.peer.protocol import page_checksum, scoped_key
 
 
-@pytest.fixture(scope="module")
-def transport():
-    from transfer.nixl_transport import NixlTransport
-
-    t = NixlTransport("test-integrity")
-    yield t
-    t.close()
-
-
 def chunked_client(peer, transport, chunk_pages):
     host, port = peer.address.split(":")
     return PeerClient(host, int(port), transport, PAGE, timeout_s=10.0, chunk_bytes=chunk_pages * PAGE)

@@ -34,15 +34,6 @@ HEADER = struct.Struct(">II")
 REPLY_S = 30.0  # generous: the machine is shared
 
 
-@pytest.fixture(scope="module")
-def transport():
-    from transfer.nixl_transport import NixlTransport
-
-    t = NixlTransport("fuzz-client")
-    yield t
-    t.close()
-
-
 def connect(peer) -> socket.socket:
     return socket.create_connection(("127.0.0.1", peer.port), timeout=REPLY_S)
 

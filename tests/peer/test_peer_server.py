@@ -22,15 +22,6 @@ PAGE = 4096
 PIECE = PAGE // 2
 
 
-@pytest.fixture(scope="module")
-def transport():
-    from transfer.nixl_transport import NixlTransport
-
-    t = NixlTransport("test-client")
-    yield t
-    t.close()
-
-
 class Pages:
     """n pages of registered memory, each as two non-adjacent pieces (like a layer-first host pool)."""
 

@@ -182,6 +182,22 @@ def test_misuse_raises_transfer_error(pair):
                             deadline_in(5))
 
 
+def test_overlapping_registrations_are_refused_until_the_old_one_is_deregistered(pair):
+    """A smaller region registered inside a larger one made NIXL refuse transfers from the larger one (in the
+    suite, at random: a freed buffer's registration under a new buffer); `register` refuses overlaps."""
+    buf = np.zeros(4 * PAGE, dtype=np.uint8)
+    inner = pair.initiator.register(buf.ctypes.data + PAGE, PAGE)
+    for addr, length in ((buf.ctypes.data, 4 * PAGE), (buf.ctypes.data + PAGE, PAGE), (buf.ctypes.data, PAGE + 1)):
+        with pytest.raises(TransferError, match="overlaps registered"):
+            pair.initiator.register(addr, length)
+    pair.initiator.register(buf.ctypes.data, PAGE)  # touching is not overlapping
+    pair.initiator.deregister(inner)
+    pair.initiator.register(buf.ctypes.data + PAGE, 3 * PAGE)
+    pair.initiator.read(pair.peer, [(buf.ctypes.data + 2 * PAGE, PAGE)], [(pair.remote_addr, PAGE)],
+                        deadline_in(DEADLINE_S))
+    assert np.array_equal(buf[2 * PAGE : 3 * PAGE], pattern(7)[:PAGE])
+
+
 def test_dead_peer_fails_within_deadline(pair):
     local = np.zeros(PAGE, dtype=np.uint8)
     pair.initiator.register(local.ctypes.data, local.nbytes)
