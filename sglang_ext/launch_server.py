@@ -43,7 +43,10 @@ CPU_IDLE_FLAGS = ["--sleep-on-idle"]
 # default, and every batch's token count is a new shape: about 1 MB per new shape, and about half of the
 # scheduler's RSS growth per request in the soak (benchmarks/RESULTS.md, memory over time). Bounded here unless
 # the user set them; read by the scheduler process (spawned with this environment) at its first matmul.
-CPU_ENV_DEFAULTS = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"}
+# TORCH_COMPILE_DISABLE: SGLang compiles a few sampling helpers with torch.compile (repetition_penalty's scaling,
+# seeded multinomial sampling); on this CPU the compiler reaches for triton, finds the stand-in, and the scheduler
+# dies on the first request that uses them. Eager runs them fine.
+CPU_ENV_DEFAULTS = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64", "TORCH_COMPILE_DISABLE": "1"}
 # Flags whose other values cannot work without CUDA, and the only value that does.
 CPU_REQUIRED = {
     "--device": "cpu",
@@ -197,7 +200,7 @@ def announce_when_ready(url: str, deadline_s: float = 600.0) -> None:
     threading.Thread(target=poll, daemon=True, name="sglang_ext-ready").start()
 
 
-def bound_cpu_caches(environ) -> None:
+def set_cpu_env_defaults(environ) -> None:
     """CPU_ENV_DEFAULTS into `environ`, each only where the user set nothing."""
     for name, value in CPU_ENV_DEFAULTS.items():
         environ.setdefault(name, value)
@@ -210,7 +213,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     cuda = cuda_available()
     if not cuda:
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"  # read at import time by sglang modules: set it first
-        bound_cpu_caches(os.environ)
+        set_cpu_env_defaults(os.environ)
     try:
         from sglang_ext import compat
 

@@ -5,11 +5,11 @@ string where a number belongs fails a comparison) and trusts others completely: 
 in the HTTP process before anything is bounded, so `"n": 1e9` exhausts its memory and takes the server down, and
 `sampling_params` accepts the fields SGLang fills in itself (`is_normalized`, `stop_strs`, ...); a token id outside
 the vocabulary (`input_ids`, or a completion `prompt` of ids) reaches the model and stops the scheduler with an
-IndexError, as does `input_embeds` of the wrong width; some of the OpenAI routes' request validators read a field
-before checking its type (`"response_format": true` is an AttributeError, which FastAPI answers with a 500). Each
-check here
-raises BadRequest with a message naming the field; request_api turns that into an HTTP 400, and nothing reaches
-the scheduler.
+IndexError, as does `input_embeds` of the wrong width, an empty prompt in a batch, more top logprobs than the
+vocabulary, a `logprob_start_len` below -1 or a logit bias beyond float32; some of the OpenAI routes' request
+validators read a field before checking its type (`"response_format": true` is an AttributeError, which FastAPI
+answers with a 500), and a per-prompt list of the wrong length is a 500 too. Each check here raises BadRequest with
+a message naming the field; request_api turns that into an HTTP 400, and nothing reaches the scheduler.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ MAX_FANOUT = 4096  # prompts x n in one request
 # The API-facing fields of SGLang's SamplingParams (sglang/srt/sampling/sampling_params.py, 0.5.20) and the JSON
 # types each takes (None is always allowed). Its internal fields are not here, so a client cannot set them.
 INT, NUM, STR, BOOL = "an integer", "a number", "a string", "a boolean"
-STRS, INTS, BIAS, OBJ = "a string or a list of strings", "a list of integers", "an object of numbers", "an object"
+STRS, INTS, OBJ = "a string or a list of strings", "a list of integers", "an object"
+BIAS = "an object of numbers of at most 3.4e38 in size"
 WORD, COUNT = "a non-empty string", "a non-negative integer"
 SAMPLING_FIELDS = {
     "max_new_tokens": INT, "stop": STRS, "stop_token_ids": INTS, "stop_regex": STRS, "temperature": NUM,
@@ -40,6 +41,12 @@ SAMPLING_FIELDS = {
 # SGLang's SessionParams fields and the types it accepts (None is always allowed).
 SESSION_FIELDS = {"id": WORD, "rid": WORD, "offset": COUNT, "replace": BOOL, "drop_previous_output": BOOL}
 
+
+# GenerateReqInput fields that hold one value per prompt when given as a list: SGLang indexes them by prompt, so a
+# list of another length (or a list for one prompt) is a 500 in its HTTP process.
+PER_PROMPT_FIELDS = ("sampling_params", "rid", "return_logprob", "logprob_start_len", "top_logprobs_num",
+                     "return_hidden_states", "lora_path", "custom_logit_processor", "cache_salt", "extra_key")
+FLOAT32_MAX = 3.4028234663852886e38  # a logit bias SGLang writes into a float32 tensor must fit one
 
 # GenerateReqInput fields that SGLang's own processes fill in; a client that sends one is refused.
 SERVER_SET_FIELDS = ("http_worker_ipc", "received_time", "num_items_assigned", "need_wait_for_mm_inputs")
@@ -65,6 +72,11 @@ def _is_num(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_bias(value: Any) -> bool:
+    """An object of numbers that fit a float32 (a larger one raised in the scheduler, which then stopped)."""
+    return isinstance(value, dict) and all(_is_num(v) and abs(v) <= FLOAT32_MAX for v in value.values())
+
+
 def _has_type(value: Any, kind: str) -> bool:
     if kind == INT:
         return _is_int(value)
@@ -83,7 +95,7 @@ def _has_type(value: Any, kind: str) -> bool:
     if kind == INTS:
         return isinstance(value, list) and all(_is_int(v) for v in value)
     if kind == BIAS:
-        return isinstance(value, dict) and all(_is_num(v) for v in value.values())
+        return _is_bias(value)
     return isinstance(value, dict)
 
 
@@ -123,11 +135,11 @@ def check_fanout(body: dict, route: str) -> None:
         params = body.get("sampling_params")
         per = [_samples(p.get("n") if isinstance(p, dict) else None, "sampling_params.n")
                for p in (params if isinstance(params, list) else [params])]
-        prompts = body.get("text", body.get("input_ids"))
+        batch = _prompt_count(body) or 1
     else:
         per = [_samples(body.get("n"), "n")]
         prompts = body.get("prompt")
-    batch = len(prompts) if isinstance(prompts, list) and prompts and not _is_int(prompts[0]) else 1
+        batch = len(prompts) if isinstance(prompts, list) and prompts and not _is_int(prompts[0]) else 1
     n = max(per, default=1)
     if batch * n > MAX_FANOUT:
         raise BadRequest(f"a request may ask for at most {MAX_FANOUT} completions (prompts x n), got {batch} x {n}")
@@ -149,10 +161,16 @@ def check_session_params(params: Any) -> None:
     check_fields(params, SESSION_FIELDS, "session_params")
 
 
-def check_token_ids(ids: Any, field: str, vocab_size: int) -> None:
-    """A list of token ids (or a batch of them) names only tokens of the vocabulary; other shapes are SGLang's."""
-    for seq in ids if isinstance(ids, list) and ids and isinstance(ids[0], list) else [ids]:
-        if isinstance(seq, list) and seq and not _within(seq, vocab_size):
+def check_token_ids(ids: Any, field: str, vocab_size: Optional[int]) -> None:
+    """A list of token ids (or a batch of them) is not empty and names only tokens of the vocabulary (when it is
+    known); other shapes are SGLang's. SGLang refuses an empty prompt on its own, but an empty one in a batch
+    reaches the model, whose forward raises on zero tokens and stops the scheduler."""
+    batch = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+    for i, seq in enumerate(ids if batch else [ids]):
+        if isinstance(seq, list) and not seq:
+            raise BadRequest(f"{field}[{i}] is empty: a prompt needs at least one token" if batch else
+                             f"{field} is empty: a prompt needs at least one token")
+        if vocab_size is not None and isinstance(seq, list) and not _within(seq, vocab_size):
             bad = next((t for t in seq if _is_int(t) and not 0 <= t < vocab_size), None)
             if bad is not None:
                 raise BadRequest(f"{field} has token id {bad}, outside the vocabulary [0, {vocab_size})")
@@ -184,9 +202,74 @@ def check_generate(body: dict, limits: Optional[ModelLimits]) -> None:
         if body.get(name) is not None:
             raise BadRequest(f"{name} is set by the server, not by a request")
     check_sampling_params(body.get("sampling_params"))
+    check_per_prompt_lists(body)
+    check_logprob_fields(body, limits)
+    check_token_ids(body.get("input_ids"), "input_ids", limits and limits.vocab_size)
     if limits is not None:
-        check_token_ids(body.get("input_ids"), "input_ids", limits.vocab_size)
         check_input_embeds(body.get("input_embeds"), limits.hidden_size)
+
+
+def _prompt_count(body: dict) -> Optional[int]:
+    """How many prompts a /generate body holds as a batch; None for a single prompt."""
+    text, ids, embeds = body.get("text"), body.get("input_ids"), body.get("input_embeds")
+    if text is not None:
+        return len(text) if isinstance(text, list) else None
+    if ids is not None:
+        return len(ids) if isinstance(ids, list) and ids and isinstance(ids[0], list) else None
+    nested = isinstance(embeds, list) and embeds and isinstance(embeds[0], list) and embeds[0]
+    return len(embeds) if nested and isinstance(embeds[0][0], list) else None
+
+
+def check_per_prompt_lists(body: dict) -> None:
+    """A per-prompt field given as a list has one value per prompt of a batch (token_ids_logprob: a list of
+    lists; a flat list of ids is shared by all)."""
+    prompts = _prompt_count(body)
+    ids = body.get("token_ids_logprob")
+    nested_ids = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+    for name in PER_PROMPT_FIELDS + (("token_ids_logprob",) if nested_ids else ()):
+        value = body.get(name)
+        if not isinstance(value, list):
+            continue
+        if prompts is None:
+            raise BadRequest(f"{name} is a list (one value per prompt of a batch), but the request has one prompt")
+        if len(value) != prompts:
+            raise BadRequest(f"{name} has {len(value)} values, one per prompt, but the request has {prompts} prompts")
+
+
+def check_logprob_fields(body: dict, limits: Optional[ModelLimits]) -> None:
+    """/generate's logprob fields, each a value or a list of one per prompt."""
+    for k in _per_prompt(body.get("top_logprobs_num")):
+        check_top_logprobs(k, "top_logprobs_num", limits)
+    for start in _per_prompt(body.get("logprob_start_len")):
+        if _is_int(start) and start < -1:
+            raise BadRequest(f"logprob_start_len must be -1 (output only) or a prompt position, got {start}")
+
+
+def _per_prompt(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def check_top_logprobs(k: Any, field: str, limits: Optional[ModelLimits]) -> None:
+    """How many top logprobs to return per position: at most the vocabulary (more stopped the scheduler in its
+    top-k). Other types are left to SGLang's validation."""
+    if not _is_int(k):
+        return
+    if k < 0:
+        raise BadRequest(f"{field} must not be negative, got {k}")
+    if limits is not None and k > limits.vocab_size:
+        raise BadRequest(f"{field} must be at most the vocabulary size ({limits.vocab_size}), got {k}")
+
+
+def check_openai_fields(body: dict, route: str, limits: Optional[ModelLimits]) -> None:
+    """The OpenAI routes' fields that reach the scheduler unbounded (what SGLang's request models accept)."""
+    if body.get("logit_bias") is not None and not _is_bias(body["logit_bias"]):
+        raise BadRequest(f"logit_bias must be {BIAS}")
+    if route == "/v1/chat/completions":
+        check_top_logprobs(body.get("top_logprobs"), "top_logprobs", limits)
+        return
+    check_top_logprobs(body.get("logprobs"), "logprobs", limits)
+    if body.get("echo") is True and body.get("logprobs") == 0:  # SGLang 0.5.20 then fails building the answer
+        raise BadRequest("echo with logprobs 0 is not supported; ask for logprobs of 1 or more")
 
 
 def _openai_models() -> dict:
@@ -217,7 +300,9 @@ def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) 
     check_session_params(body.get("session_params"))
     if route == "/generate":
         check_generate(body, limits)
-    elif route == "/v1/completions" and limits is not None:
-        check_token_ids(body.get("prompt"), "prompt", limits.vocab_size)
+    else:
+        check_openai_fields(body, route, limits)
+    if route == "/v1/completions":
+        check_token_ids(body.get("prompt"), "prompt", limits and limits.vocab_size)
     check_fanout(body, route)
     check_openai_body(body, route)

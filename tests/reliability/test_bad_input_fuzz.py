@@ -190,3 +190,38 @@ def test_a_request_the_scheduler_refuses_caches_and_counts_nothing(fuzzed):
         status, answer = fuzzed.post_status("/generate", body, timeout=ANSWER_DEADLINE_S)
         assert status == 400 and "does not exist" in message_of(answer), answer
         assert settled_stats(fuzzed) == before
+
+
+CHAT_BODY = {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
+
+
+@pytest.mark.parametrize("route, body", [  # each of these, sent once, stopped the scheduler of a server here
+    ("/generate", {"input_ids": [[1, 2], []], "sampling_params": ONE_TOKEN}),
+    ("/generate", {"input_ids": [1, 2, 3], "sampling_params": ONE_TOKEN, "return_logprob": True,
+                   "top_logprobs_num": 10**9}),
+    ("/generate", {"input_ids": [1, 2, 3], "sampling_params": ONE_TOKEN, "return_logprob": True,
+                   "logprob_start_len": -5}),
+    ("/generate", {"input_ids": [1, 2, 3], "sampling_params": dict(ONE_TOKEN, logit_bias={"5": 1e308})}),
+    ("/v1/completions", {"model": "default", "prompt": "hi", "max_tokens": 1, "logprobs": 10**9}),
+    ("/v1/chat/completions", dict(CHAT_BODY, logprobs=True, top_logprobs=10**9)),
+    ("/generate", {"input_ids": [1, 2, 3], "sampling_params": [ONE_TOKEN, ONE_TOKEN]}),  # these two were 500s
+    ("/v1/completions", {"model": "default", "prompt": "hi", "max_tokens": 1, "echo": True, "logprobs": 0}),
+])
+def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, route, body):
+    before = settled_stats(fuzzed)
+    status, answer = fuzzed.post_status(route, body, timeout=ANSWER_DEADLINE_S)
+    assert status == 400 and message_of(answer), f"{status}: {answer}"
+    assert stats_now(fuzzed) == before
+    alive, _ = fuzzed.post_status("/generate", {"text": "still there", "sampling_params": ONE_TOKEN},
+                                  timeout=ANSWER_DEADLINE_S)
+    assert alive == 200
+
+
+def test_a_repetition_penalty_is_served_on_cpu(fuzzed):
+    """SGLang applies repetition_penalty in a helper it torch.compile's; compiling it on this CPU stopped the
+    scheduler (the launcher now runs such helpers eagerly)."""
+    for penalty in (1.3, 0.7):
+        status, answer = fuzzed.post_status("/generate", {"input_ids": [5, 6, 5, 6], "sampling_params": dict(
+            ONE_TOKEN, max_new_tokens=4, repetition_penalty=penalty)}, timeout=ANSWER_DEADLINE_S)
+        assert status == 200 and len(answer["output_ids"]) == 4, answer

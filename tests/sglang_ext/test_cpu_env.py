@@ -1,20 +1,22 @@
 """The CPU server bounds oneDNN's per-shape caches (they grew the scheduler ~1 MB per request), unless the user
-chose a capacity; and its idle scheduler sleeps instead of spinning (a peer tier too), in ours and in the
-stock servers we compare."""
+chose a capacity, and runs SGLang's torch.compile'd helpers eagerly (compiling them stopped the scheduler: the live
+check is in tests/reliability/test_bad_input_fuzz.py); and its idle scheduler sleeps instead of spinning (a peer
+tier too), in ours and in the stock servers we compare."""
 
-from sglang_ext.launch_server import CPU_ENV_DEFAULTS, apply_defaults, bound_cpu_caches
+from sglang_ext.launch_server import CPU_ENV_DEFAULTS, apply_defaults, set_cpu_env_defaults
 
 
-def test_cpu_caches_are_bounded_by_default():
+def test_cpu_caches_are_bounded_and_compilation_is_off_by_default():
     env = {}
-    bound_cpu_caches(env)
-    assert set(env) == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"}
+    set_cpu_env_defaults(env)
+    assert set(env) == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY", "TORCH_COMPILE_DISABLE"}
+    assert env.pop("TORCH_COMPILE_DISABLE") == "1"
     assert all(0 < int(v) < 1024 for v in env.values())  # below oneDNN's and ideep's default of 1024
 
 
 def test_a_capacity_the_user_set_is_kept():
     env = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "512"}
-    bound_cpu_caches(env)
+    set_cpu_env_defaults(env)
     assert env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "512"
     assert env["LRU_CACHE_CAPACITY"] == CPU_ENV_DEFAULTS["LRU_CACHE_CAPACITY"]
 

@@ -71,7 +71,7 @@ def test_a_valid_cache_control_is_the_only_ttl_that_is_carried():
     status, out = forwarded("/v1/completions", body)
     assert status == 200
     assert ttls_in(out) == [3600.0]
-    status, out = forwarded("/generate", {"text": "x", "sampling_params": [{"custom_params": {TTL_PARAM: 1.0}}, None],
+    status, out = forwarded("/generate", {"text": ["x", "y"], "sampling_params": [{"custom_params": {TTL_PARAM: 1.0}}, None],
                                           "cache_control": {"type": "ephemeral"}})
     assert status == 200 and ttls_in(out) == [300.0, 300.0]
 
@@ -181,6 +181,22 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/generate", {"input_embeds": [[[0.0, 0.0, 0.0, "x"]]]}),
     ("/generate", {"text": "x", "http_worker_ipc": "ipc:///tmp/elsewhere"}),
     ("/generate", {"text": "x", "received_time": 0.0}),
+    # each of these stopped a live scheduler (tests/reliability/test_bad_input_fuzz.py sends them to one)
+    ("/generate", {"input_ids": [[]]}), ("/generate", {"input_ids": [[1], []]}), ("/v1/completions", {"prompt": [[]]}),
+    ("/generate", {"text": "x", "return_logprob": True, "top_logprobs_num": 101}),
+    ("/generate", {"text": ["x", "y"], "return_logprob": True, "top_logprobs_num": [1, 101]}),
+    ("/generate", {"text": "x", "return_logprob": True, "logprob_start_len": -2}),
+    ("/generate", {"text": "x", "sampling_params": {"logit_bias": {"5": 1e39}}}),
+    ("/v1/completions", {"model": "m", "prompt": "x", "logprobs": 101}),
+    ("/v1/completions", {"model": "m", "prompt": "x", "logit_bias": {"5": -1e39}}),
+    ("/v1/chat/completions", {"model": "m", "messages": [], "logprobs": True, "top_logprobs": 101}),
+    ("/v1/chat/completions", {"model": "m", "messages": [], "logit_bias": {"5": 1e308}}),
+    # and these were a 500 in SGLang's HTTP process: per-prompt lists that do not match the prompts
+    ("/generate", {"text": "x", "sampling_params": [{}, {}]}), ("/generate", {"text": "x", "rid": ["a", "b"]}),
+    ("/generate", {"text": ["x", "y"], "sampling_params": [{}]}),
+    ("/generate", {"input_ids": [[1], [2]], "return_logprob": True, "logprob_start_len": [0]}),
+    ("/generate", {"input_ids": [[1], [2]], "return_logprob": True, "token_ids_logprob": [[1]]}),
+    ("/v1/completions", {"model": "m", "prompt": "x", "echo": True, "logprobs": 0}),
 ])
 def test_what_would_stop_the_scheduler_is_a_400(route, body):
     status, out = rewrite(route, json.dumps(body).encode(), None, LIMITS)
@@ -207,8 +223,15 @@ def test_deeply_nested_ids_are_answered_not_raised():
     ("/v1/completions", {"prompt": ["text", "more"]}), ("/v1/completions", {"prompt": [[0, 99]]}),
     ("/generate", {"input_embeds": [[0.1, 0.2, 0.3, 0.4]]}),
     ("/generate", {"input_embeds": [[[0, 0, 0, 0]], [[1, 1, 1, 1], [2, 2, 2, 2]]]}),
+    ("/generate", {"text": ["x", "y"], "return_logprob": [True, True], "top_logprobs_num": [0, 100],
+                   "logprob_start_len": [-1, 0], "rid": ["a", "b"], "sampling_params": [{}, {"logit_bias": {"1": -100}}]}),
+    ("/generate", {"input_ids": [[1], [2]], "return_logprob": True, "token_ids_logprob": [3, 4]}),
+    ("/generate", {"input_ids": [[1], [2]], "return_logprob": True, "token_ids_logprob": [[3], [4]]}),
+    ("/generate", {"text": "x", "rid": "r", "return_logprob": True, "top_logprobs_num": 5, "logprob_start_len": 0}),
+    ("/v1/completions", {"model": "m", "prompt": "x", "echo": True, "logprobs": 5, "logit_bias": {"5": 3.4e38}}),
+    ("/v1/chat/completions", {"model": "m", "messages": [], "logprobs": True, "top_logprobs": 20}),
 ])
-def test_ids_and_embeddings_the_model_takes_pass(route, body):
+def test_what_the_model_takes_passes(route, body):
     assert rewrite(route, json.dumps(body).encode(), None, LIMITS)[0] == 200
 
 
