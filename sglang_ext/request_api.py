@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional, Tuple
 
-from sglang_ext.request_checks import BadRequest, ModelLimits, check_request
+from sglang_ext.request_checks import DETOKENIZE_ROUTES, BadRequest, ModelLimits, check_request
 
 TTL_PARAM = "sglang_ext_ttl_s"
 CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top"}
@@ -124,18 +124,20 @@ def bad_request(message: str) -> Tuple[int, bytes]:
 def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
             limits: Optional[ModelLimits] = None) -> Tuple[int, bytes]:
     """(status, body): 200 and the body to forward, or 400 and an error body. `route` outside CARRIED_ROUTES:
-    only client-supplied internal keys are removed."""
+    only client-supplied internal keys are removed (and a detokenize body is checked)."""
     carried = route in CARRIED_ROUTES
-    if not carried and not may_carry_internal_params(raw):
+    checked = carried or route in DETOKENIZE_ROUTES
+    if not checked and not may_carry_internal_params(raw):
         return 200, raw
     try:
         body = parse_body(raw)
         if body is NOT_JSON:
             return 200, raw  # SGLang answers it as it always has
         stripped = may_carry_internal_params(raw) and strip_internal_params(body)  # no walk when none can be there
+        if checked and isinstance(body, dict):
+            check_request(body, route, limits)
         if not (carried and isinstance(body, dict)):
             return 200, json.dumps(body).encode() if stripped else raw
-        check_request(body, route, limits)
         ttl = request_ttl(body, session_ttl_s)
     except BadRequest as e:
         return bad_request(str(e))

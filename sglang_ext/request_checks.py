@@ -15,6 +15,7 @@ a message naming the field; request_api turns that into an HTTP 400, and nothing
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -42,10 +43,13 @@ SAMPLING_FIELDS = {
 SESSION_FIELDS = {"id": WORD, "rid": WORD, "offset": COUNT, "replace": BOOL, "drop_previous_output": BOOL}
 
 
+DETOKENIZE_ROUTES = ("/detokenize", "/v1/detokenize")
+
 # GenerateReqInput fields that hold one value per prompt when given as a list: SGLang indexes them by prompt, so a
 # list of another length (or a list for one prompt) is a 500 in its HTTP process.
 PER_PROMPT_FIELDS = ("sampling_params", "rid", "return_logprob", "logprob_start_len", "top_logprobs_num",
                      "return_hidden_states", "lora_path", "custom_logit_processor", "cache_salt", "extra_key")
+MAX_STOP_REGEX_BYTES = 256  # SGLang's MAX_STOP_REGEX_LEN
 FLOAT32_MAX = 3.4028234663852886e38  # a logit bias SGLang writes into a float32 tensor must fit one
 
 # GenerateReqInput fields that SGLang's own processes fill in; a client that sends one is refused.
@@ -117,6 +121,18 @@ def check_sampling_params(params: Any) -> None:
         if not isinstance(one, dict):
             raise BadRequest("sampling_params must be an object (or a list of objects, for a batch)")
         check_fields(one, SAMPLING_FIELDS, "sampling_params")
+        check_stop_regex(one.get("stop_regex"), "sampling_params.stop_regex")
+
+
+def check_stop_regex(patterns: Any, field: str) -> None:
+    """Each stop regex parses: SGLang parses them in its HTTP process and answered a bad one with a 500. Patterns
+    over SGLang's own length limit are left to its 400 (parsing is linear in the pattern's length)."""
+    for pattern in patterns if isinstance(patterns, list) else [patterns]:
+        if isinstance(pattern, str) and len(pattern.encode()) <= MAX_STOP_REGEX_BYTES:
+            try:
+                re.compile(pattern)
+            except (re.error, RecursionError, OverflowError) as e:
+                raise BadRequest(f"{field} {pattern!r:.80} is not a regular expression: {e}"[:300]) from None
 
 
 def _samples(value: Any, field: str) -> int:
@@ -264,12 +280,33 @@ def check_openai_fields(body: dict, route: str, limits: Optional[ModelLimits]) -
     """The OpenAI routes' fields that reach the scheduler unbounded (what SGLang's request models accept)."""
     if body.get("logit_bias") is not None and not _is_bias(body["logit_bias"]):
         raise BadRequest(f"logit_bias must be {BIAS}")
+    check_stop_regex(body.get("stop_regex"), "stop_regex")
     if route == "/v1/chat/completions":
         check_top_logprobs(body.get("top_logprobs"), "top_logprobs", limits)
+        check_final_message(body)
         return
     check_top_logprobs(body.get("logprobs"), "logprobs", limits)
     if body.get("echo") is True and body.get("logprobs") == 0:  # SGLang 0.5.20 then fails building the answer
         raise BadRequest("echo with logprobs 0 is not supported; ask for logprobs of 1 or more")
+
+
+def check_final_message(body: dict) -> None:
+    """`continue_final_message` takes the last assistant message out as the answer's prefix; with nothing before
+    it SGLang indexed an empty conversation (a 500)."""
+    messages = body.get("messages")
+    if body.get("continue_final_message") is True and isinstance(messages, list) and len(messages) == 1 \
+            and isinstance(messages[0], dict) and messages[0].get("role") == "assistant" \
+            and isinstance(messages[0].get("content"), str):
+        raise BadRequest("continue_final_message needs a message before the assistant's final one")
+
+
+def check_detokenize(body: dict) -> None:
+    """Token ids to detokenize are not negative (SGLang's tokenizer raised on one: a 500); ids past the
+    vocabulary detokenize to nothing, as in SGLang."""
+    tokens = body.get("tokens")
+    for seq in tokens if isinstance(tokens, list) and tokens and isinstance(tokens[0], list) else [tokens]:
+        if isinstance(seq, list) and any(_is_int(t) and t < 0 for t in seq):
+            raise BadRequest("tokens must not be negative")
 
 
 def _openai_models() -> dict:
@@ -294,8 +331,11 @@ def check_openai_body(body: dict, route: str) -> None:
 
 
 def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) -> None:
-    """Every check that applies to a body for `route` (one of request_api.CARRIED_ROUTES); `limits` None: the
-    model's are not known yet, and the checks that need them are skipped."""
+    """Every check that applies to a body for `route` (request_api.CARRIED_ROUTES, DETOKENIZE_ROUTES); `limits`
+    None: the model's are not known yet, and the checks that need them are skipped."""
+    if route in DETOKENIZE_ROUTES:
+        check_detokenize(body)
+        return
     check_salt(body.get("cache_salt"))
     check_session_params(body.get("session_params"))
     if route == "/generate":

@@ -197,6 +197,11 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/generate", {"input_ids": [[1], [2]], "return_logprob": True, "logprob_start_len": [0]}),
     ("/generate", {"input_ids": [[1], [2]], "return_logprob": True, "token_ids_logprob": [[1]]}),
     ("/v1/completions", {"model": "m", "prompt": "x", "echo": True, "logprobs": 0}),
+    ("/generate", {"text": "x", "sampling_params": {"stop_regex": ["a", "("]}}),
+    ("/v1/chat/completions", {"model": "m", "messages": [], "stop_regex": "[z-a]"}),
+    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "assistant", "content": "x"}],
+                              "continue_final_message": True}),
+    ("/v1/detokenize", {"tokens": [1, -1]}), ("/detokenize", {"tokens": [[1], [-5]]}),
 ])
 def test_what_would_stop_the_scheduler_is_a_400(route, body):
     status, out = rewrite(route, json.dumps(body).encode(), None, LIMITS)
@@ -230,6 +235,11 @@ def test_deeply_nested_ids_are_answered_not_raised():
     ("/generate", {"text": "x", "rid": "r", "return_logprob": True, "top_logprobs_num": 5, "logprob_start_len": 0}),
     ("/v1/completions", {"model": "m", "prompt": "x", "echo": True, "logprobs": 5, "logit_bias": {"5": 3.4e38}}),
     ("/v1/chat/completions", {"model": "m", "messages": [], "logprobs": True, "top_logprobs": 20}),
+    ("/generate", {"text": "x", "sampling_params": {"stop_regex": ["a+", "\\d{3}"]}}),
+    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"},
+                                                         {"role": "assistant", "content": "y"}],
+                              "continue_final_message": True, "stop_regex": "(a|b)"}),
+    ("/v1/detokenize", {"tokens": [1, 10**6]}), ("/detokenize", {"tokens": [[1], [2]]}),
 ])
 def test_what_the_model_takes_passes(route, body):
     assert rewrite(route, json.dumps(body).encode(), None, LIMITS)[0] == 200
