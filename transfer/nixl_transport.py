@@ -159,7 +159,7 @@ class NixlTransport(Transport):
         if length <= 0:
             raise TransferError(f"cannot register {length} bytes")
         region = Region(addr, length)
-        check_disjoint(self._regions, region)
+        check_disjoint(list(self._regions), region)  # a snapshot: deregister may run on another thread
         descs = self._call("register_memory", self._agent.register_memory, [(addr, length, 0, "")], _MEM)
         if descs is None:
             raise TransferError("register_memory returned None")
