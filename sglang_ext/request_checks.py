@@ -49,6 +49,11 @@ DETOKENIZE_ROUTES = ("/detokenize", "/v1/detokenize")
 # list of another length (or a list for one prompt) is a 500 in its HTTP process.
 PER_PROMPT_FIELDS = ("sampling_params", "rid", "return_logprob", "logprob_start_len", "top_logprobs_num",
                      "return_hidden_states", "lora_path", "custom_logit_processor", "cache_salt", "extra_key")
+# transformers' apply_chat_template parameters (other than `documents`, a template input SGLang leaves to clients)
+TEMPLATE_CALL_ARGS = frozenset({
+    "chat_template", "conversation", "messages", "tools", "add_generation_prompt", "continue_final_message",
+    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+    "tokenizer_kwargs"})
 MAX_STOP_REGEX_BYTES = 256  # SGLang's MAX_STOP_REGEX_LEN
 FLOAT32_MAX = 3.4028234663852886e38  # a logit bias SGLang writes into a float32 tensor must fit one
 
@@ -154,8 +159,7 @@ def check_fanout(body: dict, route: str) -> None:
         batch = _prompt_count(body) or 1
     else:
         per = [_samples(body.get("n"), "n")]
-        prompts = body.get("prompt")
-        batch = len(prompts) if isinstance(prompts, list) and prompts and not _is_int(prompts[0]) else 1
+        batch = _completion_prompt_count(body) or 1
     n = max(per, default=1)
     if batch * n > MAX_FANOUT:
         raise BadRequest(f"a request may ask for at most {MAX_FANOUT} completions (prompts x n), got {batch} x {n}")
@@ -236,6 +240,12 @@ def _prompt_count(body: dict) -> Optional[int]:
     return len(embeds) if nested and isinstance(embeds[0][0], list) else None
 
 
+def _completion_prompt_count(body: dict) -> Optional[int]:
+    """How many prompts a /v1/completions body holds as a batch (texts, or lists of ids); None for one."""
+    prompt = body.get("prompt")
+    return len(prompt) if isinstance(prompt, list) and prompt and not _is_int(prompt[0]) else None
+
+
 def check_per_prompt_lists(body: dict) -> None:
     """A per-prompt field given as a list has one value per prompt of a batch (token_ids_logprob: a list of
     lists; a flat list of ids is shared by all)."""
@@ -281,9 +291,13 @@ def check_openai_fields(body: dict, route: str, limits: Optional[ModelLimits]) -
     if body.get("logit_bias") is not None and not _is_bias(body["logit_bias"]):
         raise BadRequest(f"logit_bias must be {BIAS}")
     check_stop_regex(body.get("stop_regex"), "stop_regex")
+    rid = body.get("rid")
+    if isinstance(rid, list) and (route != "/v1/completions" or len(rid) != _completion_prompt_count(body)):
+        raise BadRequest("rid is a list: it needs one id per prompt of a batch of completion prompts")
     if route == "/v1/chat/completions":
         check_top_logprobs(body.get("top_logprobs"), "top_logprobs", limits)
         check_final_message(body)
+        check_template_kwargs(body.get("chat_template_kwargs"))
         return
     check_top_logprobs(body.get("logprobs"), "logprobs", limits)
     if body.get("echo") is True and body.get("logprobs") == 0:  # SGLang 0.5.20 then fails building the answer
@@ -298,6 +312,15 @@ def check_final_message(body: dict) -> None:
             and isinstance(messages[0], dict) and messages[0].get("role") == "assistant" \
             and isinstance(messages[0].get("content"), str):
         raise BadRequest("continue_final_message needs a message before the assistant's final one")
+
+
+def check_template_kwargs(kwargs: Any) -> None:
+    """`chat_template_kwargs` are variables for the served chat template, merged into the tokenizer's
+    apply_chat_template call: a key naming one of its own parameters replaced the server's template
+    (`chat_template`: a client's Jinja ran in the HTTP process) or its tokenization, or collided (a 500)."""
+    taken = sorted(TEMPLATE_CALL_ARGS & kwargs.keys()) if isinstance(kwargs, dict) else []
+    if taken:
+        raise BadRequest(f"chat_template_kwargs.{taken[0]} is the server's to set, not a template variable")
 
 
 def check_detokenize(body: dict) -> None:

@@ -196,7 +196,8 @@ CHAT_BODY = {"model": "default", "messages": [{"role": "user", "content": "hi"}]
 ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
 
 
-@pytest.mark.parametrize("route, body", [  # the first six, sent once, stopped the scheduler of a server here
+@pytest.mark.parametrize("route, body", [  # the first six, sent once, stopped the scheduler of a server here;
+    # the others were a 500, and the last replaced the server's chat template
     ("/generate", {"input_ids": [[1, 2], []], "sampling_params": ONE_TOKEN}),
     ("/generate", {"input_ids": [1, 2, 3], "sampling_params": ONE_TOKEN, "return_logprob": True,
                    "top_logprobs_num": 10**9}),
@@ -205,12 +206,15 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     ("/generate", {"input_ids": [1, 2, 3], "sampling_params": dict(ONE_TOKEN, logit_bias={"5": 1e308})}),
     ("/v1/completions", {"model": "default", "prompt": "hi", "max_tokens": 1, "logprobs": 10**9}),
     ("/v1/chat/completions", dict(CHAT_BODY, logprobs=True, top_logprobs=10**9)),
-    ("/generate", {"input_ids": [1, 2, 3], "sampling_params": [ONE_TOKEN, ONE_TOKEN]}),  # the rest were 500s
+    ("/generate", {"input_ids": [1, 2, 3], "sampling_params": [ONE_TOKEN, ONE_TOKEN]}),
     ("/v1/completions", {"model": "default", "prompt": "hi", "max_tokens": 1, "echo": True, "logprobs": 0}),
     ("/generate", {"text": "hi", "sampling_params": dict(ONE_TOKEN, stop_regex="(")}),
     ("/v1/chat/completions", dict(CHAT_BODY, messages=[{"role": "assistant", "content": "hi"}],
                                   continue_final_message=True)),
     ("/v1/detokenize", {"tokens": [1, -1]}),
+    ("/v1/chat/completions", dict(CHAT_BODY, rid=["a"])),
+    ("/v1/chat/completions", dict(CHAT_BODY, chat_template_kwargs={"add_generation_prompt": False})),
+    ("/v1/chat/completions", dict(CHAT_BODY, chat_template_kwargs={"chat_template": "{{ 'a client template' }}"})),
 ])
 def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, route, body):
     before = settled_stats(fuzzed)

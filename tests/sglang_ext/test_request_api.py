@@ -202,6 +202,13 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/v1/chat/completions", {"model": "m", "messages": [{"role": "assistant", "content": "x"}],
                               "continue_final_message": True}),
     ("/v1/detokenize", {"tokens": [1, -1]}), ("/detokenize", {"tokens": [[1], [-5]]}),
+    ("/v1/chat/completions", {"model": "m", "messages": [], "rid": ["a"]}),
+    ("/v1/completions", {"model": "m", "prompt": "x", "rid": ["a", "b"]}),
+    ("/v1/completions", {"model": "m", "prompt": ["x", "y"], "rid": ["a"]}),
+    # a client's own chat template (Jinja run in the HTTP process), or the template call's own arguments
+    ("/v1/chat/completions", {"model": "m", "messages": [], "chat_template_kwargs": {"chat_template": "{{ 1 }}"}}),
+    ("/v1/chat/completions", {"model": "m", "messages": [], "chat_template_kwargs": {"tokenize": False}}),
+    ("/v1/chat/completions", {"model": "m", "messages": [], "chat_template_kwargs": {"x": 1, "tools": 5}}),
 ])
 def test_what_would_stop_the_scheduler_is_a_400(route, body):
     status, out = rewrite(route, json.dumps(body).encode(), None, LIMITS)
@@ -240,6 +247,9 @@ def test_deeply_nested_ids_are_answered_not_raised():
                                                          {"role": "assistant", "content": "y"}],
                               "continue_final_message": True, "stop_regex": "(a|b)"}),
     ("/v1/detokenize", {"tokens": [1, 10**6]}), ("/detokenize", {"tokens": [[1], [2]]}),
+    ("/v1/completions", {"model": "m", "prompt": ["x", "y"], "rid": ["a", "b"], "n": 2}),
+    ("/v1/chat/completions", {"model": "m", "messages": [], "rid": "a",
+                              "chat_template_kwargs": {"enable_thinking": True, "documents": [{"text": "d"}]}}),
 ])
 def test_what_the_model_takes_passes(route, body):
     assert rewrite(route, json.dumps(body).encode(), None, LIMITS)[0] == 200
