@@ -116,9 +116,30 @@ def parse_body(raw: bytes) -> Any:
         return NOT_JSON
 
 
-def bad_request(message: str) -> Tuple[int, bytes]:
-    error = {"object": "error", "message": message, "type": "BadRequestError", "code": 400}
-    return 400, json.dumps(error).encode()
+def bad_request(message: str, status: int = 400) -> Tuple[int, bytes]:
+    error = {"object": "error", "message": message, "type": "BadRequestError", "code": status}
+    return status, json.dumps(error).encode()
+
+
+def too_large(cap: int) -> Tuple[int, bytes]:
+    return bad_request(f"the request body is over {cap >> 20} MiB (--tier-max-request-mb)", 413)
+
+
+def declared_length(scope: dict) -> int:
+    """The body's Content-Length, or 0 when none (or an unreadable one) was sent; h11 refuses those itself."""
+    for k, v in scope.get("headers", []):
+        if k.lower() == b"content-length":
+            try:
+                return int(v)
+            except ValueError:
+                return 0
+    return 0
+
+
+async def answer(send: Callable, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
@@ -154,17 +175,17 @@ class CacheControlMiddleware:
 
     def __init__(self, app: Callable):
         self.app = app
-        self._session_ttl_s = None
+        self._config = None
         self._limits: Optional[ModelLimits] = None
 
     @property
-    def session_ttl_s(self) -> Optional[float]:
+    def config(self):
         # Read at the first request, not at install time: the launcher sets the config after the plugin loads.
-        if self._session_ttl_s is None:
+        if self._config is None:
             from sglang_ext.tier_config import TierConfig
 
-            self._session_ttl_s = (TierConfig.from_env().session_ttl_s,)
-        return self._session_ttl_s[0]
+            self._config = TierConfig.from_env()
+        return self._config
 
     @property
     def limits(self) -> Optional[ModelLimits]:
@@ -180,20 +201,22 @@ class CacheControlMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope.get("method") not in BODY_METHODS:
             return await self.app(scope, receive, send)
-        chunks, more = [], True
+        cap = self.config.max_request_mb << 20
+        if declared_length(scope) > cap:  # refused before a byte of the body is read
+            return await answer(send, *too_large(cap))
+        chunks, more, size = [], True, 0
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
             chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > cap:  # a chunked body (no length declared) that outgrows the cap: the rest is never read
+                return await answer(send, *too_large(cap))
             more = message.get("more_body", False)
-        status, body = rewrite(scope["path"], b"".join(chunks), self.session_ttl_s, self.limits)
+        status, body = rewrite(scope["path"], b"".join(chunks), self.config.session_ttl_s, self.limits)
         if status != 200:
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return
+            return await answer(send, status, body)
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
         scope = {**scope, "headers": headers + [(b"content-length", str(len(body)).encode())]}
         sent = False

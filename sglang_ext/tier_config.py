@@ -19,6 +19,7 @@ from tiers.shadow import TuningConfig, tuning_at
 ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
 MAX_PREFETCH_THRESHOLD = 1 << 20  # tokens: longer than any context, so "never ask the peer tier" is expressible
 MAX_PEER_TIMEOUT_S = 60.0  # a peer slower than this is no tier: recomputing the prefix is faster
+MAX_REQUEST_MB = 1 << 16  # 64 GiB: beyond any machine this runs on
 
 
 def parse_peers(spec) -> List[Tuple[str, int]]:
@@ -76,6 +77,9 @@ class TierConfig:
     peer_timeout_s: float = 2.0
     # least share of prefix chains the self-tuner's shadow caches see (tiers.shadow); 0: no self-tuning
     shadow_rate: float = TuningConfig.sample_rate
+    # the largest request body the HTTP process reads (every POST body is read whole before it is checked): a body
+    # of 400 MiB cost the server 1.5 GB of memory, so a few GB from one client could end it
+    max_request_mb: int = 256
 
     def tuning(self) -> Optional[TuningConfig]:
         """The self-tuner's settings (None: off, the policy runs as configured)."""
@@ -103,6 +107,10 @@ class TierConfig:
                 and 0 < self.peer_timeout_s <= MAX_PEER_TIMEOUT_S):
             raise TierConfigError(f"--tier-peer-timeout: want seconds in (0, {MAX_PEER_TIMEOUT_S:g}], got "
                                   f"{self.peer_timeout_s!r}")
+        if (not isinstance(self.max_request_mb, int) or isinstance(self.max_request_mb, bool)
+                or not 1 <= self.max_request_mb <= MAX_REQUEST_MB):
+            raise TierConfigError(f"--tier-max-request-mb: want a whole number of MiB in 1..{MAX_REQUEST_MB}, got "
+                                  f"{self.max_request_mb!r}")
         if not 0 < self.retention_budget <= 1:
             raise TierConfigError(f"--tier-retention-budget: must be a fraction in (0, 1], got {self.retention_budget}")
         if not (isinstance(self.shadow_rate, (int, float)) and not isinstance(self.shadow_rate, bool)
@@ -153,6 +161,8 @@ def add_tier_args(parser: argparse.ArgumentParser) -> None:
                        help="self-tuning: the least share of prefix chains replayed on shadow caches, one per "
                             "candidate setting, whose best the policy follows (on the device tier, and with "
                             "--enable-hierarchical-cache on both tiers; 0: off, the learned setting throughout)")
+    group.add_argument("--tier-max-request-mb", type=int, default=TierConfig.max_request_mb, metavar="MIB",
+                       help="answer a request whose body is larger with a 413, before reading the rest of it")
     group.add_argument("--tier-stats-tenants", action="store_true",
                        help="add per-tenant occupancy (salt digests) to /tiers/stats; off by default, so that no "
                             "client learns another tenant's footprint (with --admin-api-key, /tiers/stats needs it)")
@@ -168,4 +178,5 @@ def tier_config_from_args(args: argparse.Namespace) -> TierConfig:
         peer_prefetch_threshold=args.tier_peer_prefetch_threshold,
         peer_timeout_s=args.tier_peer_timeout,
         shadow_rate=args.tier_shadow_rate,
+        max_request_mb=args.tier_max_request_mb,
     ).validate()

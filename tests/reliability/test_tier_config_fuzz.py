@@ -53,12 +53,17 @@ def good_peers(text: str) -> bool:
     return len(set(addresses)) == len(addresses)
 
 
-def good_threshold(text: str) -> bool:
-    try:
-        v = int(text)  # what argparse's type=int takes
-    except ValueError:
-        return False
-    return 1 <= v <= 1 << 20
+def whole_in_range(top: int):
+    def good(text: str) -> bool:
+        try:
+            v = int(text)  # what argparse's type=int takes
+        except ValueError:
+            return False
+        return 1 <= v <= top
+    return good
+
+
+good_threshold, good_request_mb = whole_in_range(1 << 20), whole_in_range(1 << 16)
 
 
 CASES = {
@@ -69,6 +74,7 @@ CASES = {
     "--tier-peer-prefetch-threshold": good_threshold,
     "--tier-shadow-rate": good_share,
     "--tier-peer-timeout": good_timeout,
+    "--tier-max-request-mb": good_request_mb,
 }
 
 
@@ -106,6 +112,8 @@ def test_peer_lists(value):
     (["--tier-peers", "h:²"], "--tier-peers"),
     (["--tier-shadow-rate", "nan"], "--tier-shadow-rate"),
     (["--tier-shadow-rate", "1.5"], "--tier-shadow-rate"),
+    (["--tier-max-request-mb", "0"], "--tier-max-request-mb"),
+    (["--tier-max-request-mb", "0.5"], "--tier-max-request-mb"),
 ])
 def test_known_bad_values(argv, flag):
     with pytest.raises(LaunchError, match=flag):

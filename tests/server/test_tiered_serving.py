@@ -21,8 +21,8 @@ def words(seed: int, n: int) -> str:
 def tiered_small(server_logs):
     # the learned policy pinned (no self-tuner): these tests are about its admission and retention while serving;
     # the tuner, which starts on recency, has its own server below
-    server = start_server(SMALL_POOL + ["--enable-metrics", "--tier-stats-tenants", "--tier-shadow-rate", "0"],
-                          server_logs, "tiered-small")
+    server = start_server(SMALL_POOL + ["--enable-metrics", "--tier-stats-tenants", "--tier-shadow-rate", "0",
+                                        "--tier-max-request-mb", "1"], server_logs, "tiered-small")
     yield server
     server.stop()
 
@@ -202,6 +202,36 @@ def test_invalid_cache_salt_is_a_400(tiered_small):
     status, answer = tiered_small.post_status("/generate", {"text": "hello", "cache_salt": 42})
     assert status == 400 and "cache_salt" in answer["message"]
     assert stats_now(tiered_small) == before
+
+
+def raw_post(server, head: bytes, body_parts) -> bytes:
+    """POST /generate over a plain socket (the body as the parts given), and the start of the answer."""
+    import socket
+
+    host, port = server.url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + head + b"\r\n")
+        try:
+            for part in body_parts:
+                sock.sendall(part)
+        except OSError:  # the server may answer and close before the whole body is sent
+            pass
+        return sock.recv(4096)
+
+
+def test_a_body_over_the_request_cap_is_a_413_before_it_is_read(tiered_small):
+    """--tier-max-request-mb 1: a declared length over the cap is refused before the body is read, a chunked body
+    once it outgrows the cap; a body under it is served, and nothing refused changes /tiers/stats."""
+    before = stats_now(tiered_small)
+    declared = raw_post(tiered_small, b"Content-Length: %d\r\n" % ((1 << 20) + 1), [])
+    framed = [b"%x\r\n%s\r\n" % (len(part), part) for part in [b'{"text": "a", "pad": "'] + [b"x" * (1 << 19)] * 3]
+    chunked = raw_post(tiered_small, b"Transfer-Encoding: chunked\r\n", framed)
+    assert declared.startswith(b"HTTP/1.1 413") and b"--tier-max-request-mb" in declared, declared[:200]
+    assert chunked.startswith(b"HTTP/1.1 413"), chunked[:200]
+    assert stats_now(tiered_small) == before
+    status, answer = tiered_small.post_status("/generate", {"text": "a", "pad": "x" * (1 << 19),
+                                                            "sampling_params": {"max_new_tokens": 1}})
+    assert status == 200, answer
 
 
 def test_stats_and_metrics_move_as_the_scenario_says(tiered_small):
