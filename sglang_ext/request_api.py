@@ -189,13 +189,13 @@ class CacheControlMiddleware:
 
     @property
     def limits(self) -> Optional[ModelLimits]:
-        """The served model's vocabulary and width, from SGLang's tokenizer manager once it exists."""
+        """The served model's vocabulary, width and context, from SGLang's tokenizer manager once it exists."""
         if self._limits is None:
             from sglang.srt.entrypoints import http_server
 
             config = getattr(getattr(http_server._global_state, "tokenizer_manager", None), "model_config", None)
             if config is not None:
-                self._limits = ModelLimits(int(config.vocab_size), int(config.hidden_size))
+                self._limits = ModelLimits(int(config.vocab_size), int(config.hidden_size), int(config.context_len))
         return self._limits
 
     async def __call__(self, scope, receive, send):

@@ -54,6 +54,10 @@ TEMPLATE_CALL_ARGS = frozenset({
     "chat_template", "conversation", "messages", "tools", "add_generation_prompt", "continue_final_message",
     "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
     "tokenizer_kwargs"})
+# A text prompt longer than this many characters per token of the context cannot fit it (real tokenizers average
+# 3-5 per token; only runs of whitespace or repeats reach more) and is refused before it is tokenized: tokenizing
+# blocks SGLang's HTTP process, and a 20 MB prompt held every other request for 18 s before its own 400.
+MAX_CHARS_PER_TOKEN = 32
 MAX_STOP_REGEX_BYTES = 256  # SGLang's MAX_STOP_REGEX_LEN
 FLOAT32_MAX = 3.4028234663852886e38  # a logit bias SGLang writes into a float32 tensor must fit one
 
@@ -67,10 +71,12 @@ class BadRequest(ValueError):
 
 @dataclass(frozen=True)
 class ModelLimits:
-    """What the served model accepts: token ids in [0, vocab_size), embeddings `hidden_size` wide."""
+    """What the served model accepts: token ids in [0, vocab_size), embeddings `hidden_size` wide, prompts of at
+    most `context_len` tokens (None: not known)."""
 
     vocab_size: int
     hidden_size: int
+    context_len: Optional[int] = None
 
 
 def _is_int(value: Any) -> bool:
@@ -353,6 +359,27 @@ def check_openai_body(body: dict, route: str) -> None:
         raise BadRequest(f"a field has the wrong type for {route} ({type(e).__name__}: {e})"[:300]) from None
 
 
+def prompt_texts(body: dict, route: str) -> list:
+    """The prompt texts a body asks SGLang to tokenize (a chat's: the strings of its messages, joined)."""
+    if route == "/v1/chat/completions":
+        messages = body.get("messages")
+        parts = [m.get("content") for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+        parts += [p.get("text") for c in parts if isinstance(c, list) for p in c if isinstance(p, dict)]
+        return ["".join(p for p in parts if isinstance(p, str))]
+    text = body.get("text" if route == "/generate" else "prompt")
+    return [t for t in (text if isinstance(text, list) else [text]) if isinstance(t, str)]
+
+
+def check_text_length(body: dict, route: str, limits: Optional[ModelLimits]) -> None:
+    if limits is None or limits.context_len is None:
+        return
+    most = limits.context_len * MAX_CHARS_PER_TOKEN
+    for text in prompt_texts(body, route):
+        if len(text) > most:
+            raise BadRequest(f"a prompt of {len(text)} characters cannot fit the model's context of "
+                             f"{limits.context_len} tokens (more than {MAX_CHARS_PER_TOKEN} characters per token)")
+
+
 def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) -> None:
     """Every check that applies to a body for `route` (request_api.CARRIED_ROUTES, DETOKENIZE_ROUTES); `limits`
     None: the model's are not known yet, and the checks that need them are skipped."""
@@ -367,5 +394,6 @@ def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) 
         check_openai_fields(body, route, limits)
     if route == "/v1/completions":
         check_token_ids(body.get("prompt"), "prompt", limits and limits.vocab_size)
+    check_text_length(body, route, limits)
     check_fanout(body, route)
     check_openai_body(body, route)

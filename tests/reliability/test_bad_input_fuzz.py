@@ -197,7 +197,8 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
 
 
 @pytest.mark.parametrize("route, body", [  # the first six, sent once, stopped the scheduler of a server here;
-    # the others were a 500, and the last replaced the server's chat template
+    # the others were a 500, the one before last replaced the server's chat template, and the last one, tokenized,
+    # held SGLang's HTTP process (a 20 MB text: 18 s) before its 400
     ("/generate", {"input_ids": [[1, 2], []], "sampling_params": ONE_TOKEN}),
     ("/generate", {"input_ids": [1, 2, 3], "sampling_params": ONE_TOKEN, "return_logprob": True,
                    "top_logprobs_num": 10**9}),
@@ -215,6 +216,7 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     ("/v1/chat/completions", dict(CHAT_BODY, rid=["a"])),
     ("/v1/chat/completions", dict(CHAT_BODY, chat_template_kwargs={"add_generation_prompt": False})),
     ("/v1/chat/completions", dict(CHAT_BODY, chat_template_kwargs={"chat_template": "{{ 'a client template' }}"})),
+    ("/generate", {"text": "x" * (8192 * 32 + 1), "sampling_params": ONE_TOKEN}),  # more than the context could hold
 ])
 def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, route, body):
     before = settled_stats(fuzzed)

@@ -302,3 +302,19 @@ def test_only_a_request_the_scheduler_refused_as_invalid_counts_as_refused_on_ar
     assert not refused_on_arrival(req(FINISH_ABORT("internal", 500)))
     assert not refused_on_arrival(req(FINISH_LENGTH(4)))
     assert not refused_on_arrival(req(None))
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/generate", {"text": "x" * 321}), ("/generate", {"text": ["ok", "x" * 321]}),
+    ("/v1/completions", {"model": "m", "prompt": "x" * 321}),
+    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x" * 200},
+                                                         {"role": "user", "content": [{"type": "text", "text": "y" * 121}]}]}),
+])
+def test_a_text_too_long_for_the_context_is_a_400_before_it_is_tokenized(route, body):
+    """A context of 10 tokens takes at most 320 characters of text (MAX_CHARS_PER_TOKEN); tokenizing a longer one
+    would hold SGLang's HTTP process for nothing."""
+    limits = ModelLimits(vocab_size=100, hidden_size=4, context_len=10)
+    status, out = rewrite(route, json.dumps(body).encode(), None, limits)
+    assert status == 400 and "context of 10 tokens" in json.loads(out)["message"]
+    fits = json.loads(json.dumps(body).replace("x" * 321, "x" * 320).replace("y" * 121, "y" * 120))
+    assert rewrite(route, json.dumps(fits).encode(), None, limits)[0] == 200
