@@ -77,9 +77,10 @@ class TierConfig:
     peer_timeout_s: float = 2.0
     # least share of prefix chains the self-tuner's shadow caches see (tiers.shadow); 0: no self-tuning
     shadow_rate: float = TuningConfig.sample_rate
-    # the largest request body the HTTP process reads (every POST body is read whole before it is checked): a body
-    # of 400 MiB cost the server 1.5 GB of memory, so a few GB from one client could end it
-    max_request_mb: int = 256
+    # the largest request body the HTTP process reads (every POST body is read whole, then parsed, before it is
+    # checked): a body of 400 MiB cost the server 1.5 GB of memory, and parsing 256 MiB of token ids holds the HTTP
+    # process 3.7 s; 64 MiB is far beyond a text prompt (a 128k-token prompt of ids is about 1 MiB)
+    max_request_mb: int = 64
 
     def tuning(self) -> Optional[TuningConfig]:
         """The self-tuner's settings (None: off, the policy runs as configured)."""
