@@ -4,8 +4,9 @@ SGLang 0.5.20 has no `cache_control` field: unknown top-level keys are dropped s
 installed on SGLang's FastAPI app by the plugin in the HTTP (main) process, reads the request body of
 `/generate` (POST or PUT), `/v1/chat/completions` and `/v1/completions` before SGLang does and
 - validates `cache_control` (top level, or on any chat message), and the fields request_checks bounds
-  (`cache_salt`, `session_params`, `sampling_params`, `n`); anything invalid is answered with HTTP 400 and a
-  message, and the request never reaches the scheduler, so no cache state changes;
+  (`cache_salt`, `session_params`, `sampling_params`, `n`, token ids, logprob fields, per-prompt lists, prompt
+  length, ...; also the ids sent to /detokenize); anything invalid is answered with HTTP 400 and a message, and the
+  request never reaches the scheduler, so no cache state changes;
 - turns a valid one into a retention TTL in seconds carried to the tree cache through SGLang's own
   `custom_params` (`sampling_params.custom_params` for /generate, top-level for the OpenAI routes), a flat
   float under TTL_PARAM: msgspec IPC carries one nesting level only;
@@ -15,6 +16,8 @@ The internal TTL key is ours alone: on every POST, PUT or PATCH route, any copy 
 (top level, `sampling_params.custom_params`, an OpenAI `extra_body`, any depth) is removed before the middleware
 sets its own, so a client can reach the scheduler's retention only through a validated `cache_control`. A body
 nested too deeply to parse is a 400. The scheduler checks the value once more (serving_cache.request_ttl_s).
+Every body with a method in BODY_METHODS is read whole before SGLang sees it, so its size is capped
+(`--tier-max-request-mb`): a larger one is a 413 before the rest of it is read.
 """
 
 from __future__ import annotations

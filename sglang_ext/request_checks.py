@@ -8,8 +8,10 @@ the vocabulary (`input_ids`, or a completion `prompt` of ids) reaches the model 
 IndexError, as does `input_embeds` of the wrong width, an empty prompt in a batch, more top logprobs than the
 vocabulary, a `logprob_start_len` below -1 or a logit bias beyond float32; some of the OpenAI routes' request
 validators read a field before checking its type (`"response_format": true` is an AttributeError, which FastAPI
-answers with a 500), and a per-prompt list of the wrong length is a 500 too. Each check here raises BadRequest with
-a message naming the field; request_api turns that into an HTTP 400, and nothing reaches the scheduler.
+answers with a 500), and a per-prompt list of the wrong length is a 500 too. A `chat_template_kwargs` key naming the
+template call's own `chat_template` replaces the server's template with the client's; a huge text prompt holds the
+HTTP process while it is tokenized. Each check here raises BadRequest with a message naming the field;
+request_api turns that into an HTTP 400, and nothing reaches the scheduler.
 """
 
 from __future__ import annotations
@@ -359,24 +361,25 @@ def check_openai_body(body: dict, route: str) -> None:
         raise BadRequest(f"a field has the wrong type for {route} ({type(e).__name__}: {e})"[:300]) from None
 
 
-def prompt_texts(body: dict, route: str) -> list:
-    """The prompt texts a body asks SGLang to tokenize (a chat's: the strings of its messages, joined)."""
+def prompt_lengths(body: dict, route: str) -> list:
+    """The length in characters of each prompt text a body asks SGLang to tokenize (a chat: its message texts,
+    content strings and text parts, together)."""
     if route == "/v1/chat/completions":
         messages = body.get("messages")
         parts = [m.get("content") for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
         parts += [p.get("text") for c in parts if isinstance(c, list) for p in c if isinstance(p, dict)]
-        return ["".join(p for p in parts if isinstance(p, str))]
+        return [sum(len(p) for p in parts if isinstance(p, str))]
     text = body.get("text" if route == "/generate" else "prompt")
-    return [t for t in (text if isinstance(text, list) else [text]) if isinstance(t, str)]
+    return [len(t) for t in (text if isinstance(text, list) else [text]) if isinstance(t, str)]
 
 
 def check_text_length(body: dict, route: str, limits: Optional[ModelLimits]) -> None:
     if limits is None or limits.context_len is None:
         return
     most = limits.context_len * MAX_CHARS_PER_TOKEN
-    for text in prompt_texts(body, route):
-        if len(text) > most:
-            raise BadRequest(f"a prompt of {len(text)} characters cannot fit the model's context of "
+    for n in prompt_lengths(body, route):
+        if n > most:
+            raise BadRequest(f"a prompt of {n} characters cannot fit the model's context of "
                              f"{limits.context_len} tokens (more than {MAX_CHARS_PER_TOKEN} characters per token)")
 
 
