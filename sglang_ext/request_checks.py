@@ -89,6 +89,16 @@ def _is_num(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _as_list(value: Any) -> list:
+    """A field that takes one value or a list of them (one per prompt of a batch), as a list."""
+    return value if isinstance(value, list) else [value]
+
+
+def _is_batch(value: Any) -> bool:
+    """A non-empty list of lists: token ids (or rows) for a batch of prompts rather than for one."""
+    return isinstance(value, list) and bool(value) and isinstance(value[0], list)
+
+
 def _is_bias(value: Any) -> bool:
     """An object of numbers that fit a float32 (a larger one raised in the scheduler, which then stopped)."""
     return isinstance(value, dict) and all(_is_num(v) and abs(v) <= FLOAT32_MAX for v in value.values())
@@ -128,7 +138,7 @@ def check_fields(obj: dict, fields: dict, where: str) -> None:
 
 def check_sampling_params(params: Any) -> None:
     """`/generate`'s `sampling_params`: an object (or a list of them, for a batch) of known fields and types."""
-    for one in params if isinstance(params, list) else [params]:
+    for one in _as_list(params):
         if one is None:
             continue
         if not isinstance(one, dict):
@@ -140,7 +150,7 @@ def check_sampling_params(params: Any) -> None:
 def check_stop_regex(patterns: Any, field: str) -> None:
     """Each stop regex parses: SGLang parses them in its HTTP process and answered a bad one with a 500. Patterns
     over SGLang's own length limit are left to its 400 (parsing is linear in the pattern's length)."""
-    for pattern in patterns if isinstance(patterns, list) else [patterns]:
+    for pattern in _as_list(patterns):
         if isinstance(pattern, str) and len(pattern.encode()) <= MAX_STOP_REGEX_BYTES:
             try:
                 re.compile(pattern)
@@ -163,7 +173,7 @@ def check_fanout(body: dict, route: str) -> None:
     if route == "/generate":
         params = body.get("sampling_params")
         per = [_samples(p.get("n") if isinstance(p, dict) else None, "sampling_params.n")
-               for p in (params if isinstance(params, list) else [params])]
+               for p in _as_list(params)]
         batch = _prompt_count(body) or 1
     else:
         per = [_samples(body.get("n"), "n")]
@@ -174,8 +184,7 @@ def check_fanout(body: dict, route: str) -> None:
 
 
 def check_salt(salt: Any) -> None:
-    salts = salt if isinstance(salt, list) else [salt]
-    if salt is not None and not all(isinstance(s, str) and 0 < len(s) <= MAX_SALT_LEN for s in salts):
+    if salt is not None and not all(isinstance(s, str) and 0 < len(s) <= MAX_SALT_LEN for s in _as_list(salt)):
         raise BadRequest(f"cache_salt must be a non-empty string (or a list of them, for a batch) of at most "
                          f"{MAX_SALT_LEN} characters")
 
@@ -193,7 +202,7 @@ def check_token_ids(ids: Any, field: str, vocab_size: Optional[int]) -> None:
     """A list of token ids (or a batch of them) is not empty and names only tokens of the vocabulary (when it is
     known); other shapes are SGLang's. SGLang refuses an empty prompt on its own, but an empty one in a batch
     reaches the model, whose forward raises on zero tokens and stops the scheduler."""
-    batch = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+    batch = _is_batch(ids)
     for i, seq in enumerate(ids if batch else [ids]):
         if isinstance(seq, list) and not seq:
             raise BadRequest(f"{field}[{i}] is empty: a prompt needs at least one token" if batch else
@@ -216,9 +225,7 @@ def _within(seq: list, vocab_size: int) -> bool:
 def check_input_embeds(embeds: Any, hidden_size: int) -> None:
     if embeds is None:
         return
-    batch = embeds if isinstance(embeds, list) and embeds and isinstance(embeds[0], list) and embeds[0] \
-        and isinstance(embeds[0][0], list) else [embeds]
-    for rows in batch:
+    for rows in embeds if _is_batch(embeds) and _is_batch(embeds[0]) else [embeds]:
         if not (isinstance(rows, list) and rows and all(
                 isinstance(row, list) and len(row) == hidden_size and all(_is_num(x) for x in row) for row in rows)):
             raise BadRequest(f"input_embeds must be a non-empty list of rows of {hidden_size} numbers "
@@ -243,9 +250,8 @@ def _prompt_count(body: dict) -> Optional[int]:
     if text is not None:
         return len(text) if isinstance(text, list) else None
     if ids is not None:
-        return len(ids) if isinstance(ids, list) and ids and isinstance(ids[0], list) else None
-    nested = isinstance(embeds, list) and embeds and isinstance(embeds[0], list) and embeds[0]
-    return len(embeds) if nested and isinstance(embeds[0][0], list) else None
+        return len(ids) if _is_batch(ids) else None
+    return len(embeds) if _is_batch(embeds) and _is_batch(embeds[0]) else None
 
 
 def _completion_prompt_count(body: dict) -> Optional[int]:
@@ -258,8 +264,7 @@ def check_per_prompt_lists(body: dict) -> None:
     """A per-prompt field given as a list has one value per prompt of a batch (token_ids_logprob: a list of
     lists; a flat list of ids is shared by all)."""
     prompts = _prompt_count(body)
-    ids = body.get("token_ids_logprob")
-    nested_ids = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+    nested_ids = _is_batch(body.get("token_ids_logprob"))
     for name in PER_PROMPT_FIELDS + (("token_ids_logprob",) if nested_ids else ()):
         value = body.get(name)
         if not isinstance(value, list):
@@ -272,15 +277,11 @@ def check_per_prompt_lists(body: dict) -> None:
 
 def check_logprob_fields(body: dict, limits: Optional[ModelLimits]) -> None:
     """/generate's logprob fields, each a value or a list of one per prompt."""
-    for k in _per_prompt(body.get("top_logprobs_num")):
+    for k in _as_list(body.get("top_logprobs_num")):
         check_top_logprobs(k, "top_logprobs_num", limits)
-    for start in _per_prompt(body.get("logprob_start_len")):
+    for start in _as_list(body.get("logprob_start_len")):
         if _is_int(start) and start < -1:
             raise BadRequest(f"logprob_start_len must be -1 (output only) or a prompt position, got {start}")
-
-
-def _per_prompt(value: Any) -> list:
-    return value if isinstance(value, list) else [value]
 
 
 def check_top_logprobs(k: Any, field: str, limits: Optional[ModelLimits]) -> None:
@@ -335,7 +336,7 @@ def check_detokenize(body: dict) -> None:
     """Token ids to detokenize are not negative (SGLang's tokenizer raised on one: a 500); ids past the
     vocabulary detokenize to nothing, as in SGLang."""
     tokens = body.get("tokens")
-    for seq in tokens if isinstance(tokens, list) and tokens and isinstance(tokens[0], list) else [tokens]:
+    for seq in tokens if _is_batch(tokens) else [tokens]:
         if isinstance(seq, list) and any(_is_int(t) and t < 0 for t in seq):
             raise BadRequest("tokens must not be negative")
 
@@ -370,7 +371,7 @@ def prompt_lengths(body: dict, route: str) -> list:
         parts += [p.get("text") for c in parts if isinstance(c, list) for p in c if isinstance(p, dict)]
         return [sum(len(p) for p in parts if isinstance(p, str))]
     text = body.get("text" if route == "/generate" else "prompt")
-    return [len(t) for t in (text if isinstance(text, list) else [text]) if isinstance(t, str)]
+    return [len(t) for t in _as_list(text) if isinstance(t, str)]
 
 
 def check_text_length(body: dict, route: str, limits: Optional[ModelLimits]) -> None:
