@@ -5,18 +5,19 @@ installed on SGLang's FastAPI app by the plugin in the HTTP (main) process, read
 `/generate` (POST or PUT), `/v1/chat/completions` and `/v1/completions` before SGLang does and
 - validates `cache_control` (top level, or on any chat message), and the fields request_checks bounds
   (`cache_salt`, `session_params`, `sampling_params`, `n`, token ids, logprob fields, per-prompt lists, prompt
-  length, ...; also the ids sent to /detokenize); anything invalid is answered with HTTP 400 and a message, and the
+  length, ...; also the ids sent to /detokenize and the bodies of /open_session and /close_session); anything invalid is answered with HTTP 400 and a message, and the
   request never reaches the scheduler, so no cache state changes;
 - turns a valid one into a retention TTL in seconds carried to the tree cache through SGLang's own
   `custom_params` (`sampling_params.custom_params` for /generate, top-level for the OpenAI routes), a flat
   float under TTL_PARAM: msgspec IPC carries one nesting level only;
 - gives requests of an SGLang session (`session_params`) the server's `--tier-session-ttl` when they carry no
   `cache_control` of their own.
-The internal TTL key is ours alone: on every POST, PUT or PATCH route, any copy of it a client put anywhere in its JSON body
+The internal TTL key is ours alone: on every route, any copy of it a client put anywhere in its JSON body
 (top level, `sampling_params.custom_params`, an OpenAI `extra_body`, any depth) is removed before the middleware
 sets its own, so a client can reach the scheduler's retention only through a validated `cache_control`. A body
 nested too deeply to parse is a 400. The scheduler checks the value once more (serving_cache.request_ttl_s).
-Every body with a method in BODY_METHODS is read whole before SGLang sees it, so its size is capped
+Every request's body is read whole before SGLang sees it, whatever the method (SGLang's session and admin routes
+read a JSON body on GET too: a GET went past every check until 2026-12-05), so its size is capped
 (`--tier-max-request-mb`): a larger one is a 413 before the rest of it is read.
 """
 
@@ -25,11 +26,10 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional, Tuple
 
-from sglang_ext.request_checks import DETOKENIZE_ROUTES, BadRequest, ModelLimits, check_request
+from sglang_ext.request_checks import CHECKED_ROUTES, BadRequest, ModelLimits, check_request
 
 TTL_PARAM = "sglang_ext_ttl_s"
 CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top"}
-BODY_METHODS = {"POST", "PUT", "PATCH"}  # SGLang's /generate also answers PUT
 MISSING = object()
 NOT_JSON = object()
 
@@ -150,7 +150,7 @@ def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
     """(status, body): 200 and the body to forward, or 400 and an error body. `route` outside CARRIED_ROUTES:
     only client-supplied internal keys are removed (and a detokenize body is checked)."""
     carried = route in CARRIED_ROUTES
-    checked = carried or route in DETOKENIZE_ROUTES
+    checked = carried or route in CHECKED_ROUTES
     if not checked and not may_carry_internal_params(raw):
         return 200, raw
     try:
@@ -202,7 +202,7 @@ class CacheControlMiddleware:
         return self._limits
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope.get("method") not in BODY_METHODS:
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
         cap = self.config.max_request_mb << 20
         if declared_length(scope) > cap:  # refused before a byte of the body is read

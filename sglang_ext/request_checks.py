@@ -17,6 +17,7 @@ request_api turns that into an HTTP 400, and nothing reaches the scheduler.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -33,6 +34,7 @@ INT, NUM, STR, BOOL = "an integer", "a number", "a string", "a boolean"
 STRS, INTS, OBJ = "a string or a list of strings", "a list of integers", "an object"
 BIAS = "an object of numbers of at most 3.4e38 in size"
 WORD, COUNT = "a non-empty string", "a non-negative integer"
+SESSION_ID, SECONDS = "a non-empty string of at most 256 characters", "a positive finite number of seconds"
 SAMPLING_FIELDS = {
     "max_new_tokens": INT, "stop": STRS, "stop_token_ids": INTS, "stop_regex": STRS, "temperature": NUM,
     "top_p": NUM, "top_k": INT, "min_p": NUM, "frequency_penalty": NUM, "presence_penalty": NUM,
@@ -43,9 +45,16 @@ SAMPLING_FIELDS = {
 }
 # SGLang's SessionParams fields and the types it accepts (None is always allowed).
 SESSION_FIELDS = {"id": WORD, "rid": WORD, "offset": COUNT, "replace": BOOL, "drop_previous_output": BOOL}
-
+# The bodies of SGLang's /open_session and /close_session (OpenSessionReqInput, CloseSessionReqInput) without the
+# fields its processes fill in (`rid`, `http_worker_ipc`). SGLang took a negative capacity, a negative or NaN timeout,
+# an empty or 100 kB session id, and those internal fields.
+SESSION_ROUTES = {
+    "/open_session": {"capacity_of_str_len": COUNT, "session_id": SESSION_ID, "streaming": BOOL, "timeout": SECONDS},
+    "/close_session": {"session_id": SESSION_ID},
+}
 
 DETOKENIZE_ROUTES = ("/detokenize", "/v1/detokenize")
+CHECKED_ROUTES = (*DETOKENIZE_ROUTES, *SESSION_ROUTES)  # besides request_api.CARRIED_ROUTES
 
 # GenerateReqInput fields that hold one value per prompt when given as a list: SGLang indexes them by prompt, so a
 # list of another length (or a list for one prompt) is a 500 in its HTTP process.
@@ -113,6 +122,10 @@ def _has_type(value: Any, kind: str) -> bool:
         return isinstance(value, str)
     if kind == WORD:
         return isinstance(value, str) and bool(value)
+    if kind == SESSION_ID:
+        return isinstance(value, str) and 0 < len(value) <= MAX_SALT_LEN
+    if kind == SECONDS:
+        return _is_num(value) and 0 < value < math.inf
     if kind == COUNT:
         return _is_int(value) and value >= 0
     if kind == BOOL:
@@ -385,10 +398,13 @@ def check_text_length(body: dict, route: str, limits: Optional[ModelLimits]) -> 
 
 
 def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) -> None:
-    """Every check that applies to a body for `route` (request_api.CARRIED_ROUTES, DETOKENIZE_ROUTES); `limits`
+    """Every check that applies to a body for `route` (request_api.CARRIED_ROUTES, CHECKED_ROUTES); `limits`
     None: the model's are not known yet, and the checks that need them are skipped."""
     if route in DETOKENIZE_ROUTES:
         check_detokenize(body)
+        return
+    if route in SESSION_ROUTES:
+        check_fields(body, SESSION_ROUTES[route], route[1:])
         return
     check_salt(body.get("cache_salt"))
     check_session_params(body.get("session_params"))

@@ -6,6 +6,7 @@ deadline (never a 5xx, never a hang); after a 4xx, `/tiers/stats` is exactly wha
 answers afterwards, and no request without `cache_control` ever retains anything."""
 
 import json
+import urllib.request
 import time
 
 import pytest
@@ -226,6 +227,36 @@ def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, 
     alive, _ = fuzzed.post_status("/generate", {"text": "still there", "sampling_params": ONE_TOKEN},
                                   timeout=ANSWER_DEADLINE_S)
     assert alive == 200
+
+
+@pytest.mark.parametrize("body", [  # what SGLang opened a session with
+    {"capacity_of_str_len": -5, "session_id": "fuzz-negative"},
+    {"capacity_of_str_len": 100, "session_id": "fuzz-timeout", "timeout": -1},
+    {"capacity_of_str_len": 100, "session_id": "fuzz-internal", "http_worker_ipc": "ipc:///tmp/elsewhere"},
+    {"capacity_of_str_len": 100, "session_id": "x" * 10_000},
+])
+def test_a_malformed_session_is_a_400_on_get_and_post_and_opens_nothing(fuzzed, body):
+    """SGLang's /open_session answers GET as well as POST, with the body read on both: a GET went past every check
+    of the middleware. Each body is refused either way, and no session of its id exists afterwards."""
+    for method in ("GET", "POST"):
+        status, answer = fuzzed.post_status("/open_session", body, timeout=ANSWER_DEADLINE_S, method=method)
+        assert status == 400 and message_of(answer), f"{method} {status}: {answer}"
+    status, answer = fuzzed.post_status("/generate", {"text": "hi", "sampling_params": ONE_TOKEN,
+                                                      "session_params": {"id": body["session_id"]}})
+    assert status == 400 and "does not exist" in message_of(answer), f"{status}: {answer}"
+
+
+def test_a_session_opened_by_get_is_served_and_closes(fuzzed):
+    status, sid = fuzzed.post_status("/open_session", {"capacity_of_str_len": 1000, "session_id": "fuzz-get"},
+                                     method="GET")
+    assert (status, sid) == (200, "fuzz-get")
+    status, answer = fuzzed.post_status("/generate", {"text": "hi", "sampling_params": ONE_TOKEN,
+                                                      "session_params": {"id": sid}})
+    assert status == 200, answer
+    close = urllib.request.Request(fuzzed.url + "/close_session", data=json.dumps({"session_id": sid}).encode(),
+                                   method="GET", headers={"content-type": "application/json"})
+    with urllib.request.urlopen(close, timeout=ANSWER_DEADLINE_S) as r:  # 200 with an empty body
+        assert r.status == 200
 
 
 def test_a_repetition_penalty_is_served_on_cpu(fuzzed):

@@ -204,14 +204,14 @@ def test_invalid_cache_salt_is_a_400(tiered_small):
     assert stats_now(tiered_small) == before
 
 
-def raw_post(server, head: bytes, body_parts) -> bytes:
-    """POST /generate over a plain socket (the body as the parts given), and the whole answer: read until its
-    declared length has arrived or the server closes (each read has the socket's deadline)."""
+def raw_request(server, head: bytes, body_parts, request: bytes = b"POST /generate") -> bytes:
+    """`request` (POST /generate) over a plain socket (the body as the parts given), and the whole answer: read
+    until its declared length has arrived or the server closes (each read has the socket's deadline)."""
     import socket
 
     host, port = server.url.split("//")[1].split(":")
     with socket.create_connection((host, int(port)), timeout=60) as sock:
-        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + head + b"\r\n")
+        sock.sendall(request + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + head + b"\r\n")
         try:
             for part in body_parts:
                 sock.sendall(part)
@@ -236,14 +236,16 @@ def test_a_body_over_the_request_cap_is_a_413_before_it_is_read(tiered_small):
     """--tier-max-request-mb 1: a declared length over the cap is refused before the body is read, a chunked body
     once it outgrows the cap; a body under it is served, and nothing refused changes /tiers/stats."""
     before = stats_now(tiered_small)
-    declared = raw_post(tiered_small, b"Content-Length: %d\r\n" % ((1 << 20) + 1), [])
+    declared = raw_request(tiered_small, b"Content-Length: %d\r\n" % ((1 << 20) + 1), [])
+    declared_get = raw_request(tiered_small, b"Content-Length: %d\r\n" % ((1 << 20) + 1), [], b"GET /open_session")
     # just over the cap, in 64 KiB chunks: the server has read nearly all of it when it answers and closes (bytes
     # left unread at a close would reset the connection, and could take the answer with them)
     parts = [b'{"text": "a", "pad": "'] + [b"x" * (1 << 16)] * 16
     framed = [b"%x\r\n%s\r\n" % (len(part), part) for part in parts] + [b"0\r\n\r\n"]
-    chunked = raw_post(tiered_small, b"Transfer-Encoding: chunked\r\n", framed)
+    chunked = raw_request(tiered_small, b"Transfer-Encoding: chunked\r\n", framed)
     assert declared.startswith(b"HTTP/1.1 413") and b"--tier-max-request-mb" in declared, declared[:200]
     assert chunked.startswith(b"HTTP/1.1 413"), chunked[:200]
+    assert declared_get.startswith(b"HTTP/1.1 413"), declared_get[:200]  # SGLang reads a GET's body too
     assert stats_now(tiered_small) == before
     status, answer = tiered_small.post_status("/generate", {"text": "a", "pad": "x" * (1 << 19),
                                                             "sampling_params": {"max_new_tokens": 1}})

@@ -209,6 +209,16 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/v1/chat/completions", {"model": "m", "messages": [], "chat_template_kwargs": {"chat_template": "{{ 1 }}"}}),
     ("/v1/chat/completions", {"model": "m", "messages": [], "chat_template_kwargs": {"tokenize": False}}),
     ("/v1/chat/completions", {"model": "m", "messages": [], "chat_template_kwargs": {"x": 1, "tools": 5}}),
+    # sessions: what SGLang took, and the fields its own processes fill in
+    ("/open_session", {"capacity_of_str_len": -5, "session_id": "s"}),
+    ("/open_session", {"capacity_of_str_len": 100, "session_id": "s", "timeout": -1}),
+    ("/open_session", {"capacity_of_str_len": 100, "session_id": "s", "timeout": "NaN"}),
+    ("/open_session", {"capacity_of_str_len": 100, "session_id": "s", "timeout": 0}),
+    ("/open_session", {"capacity_of_str_len": 100, "session_id": ""}),
+    ("/open_session", {"capacity_of_str_len": 100, "session_id": "x" * 257}),
+    ("/open_session", {"capacity_of_str_len": 100, "session_id": "s", "rid": "r"}),
+    ("/open_session", {"capacity_of_str_len": 100, "http_worker_ipc": "ipc:///tmp/elsewhere"}),
+    ("/close_session", {"session_id": "s", "rid": "r"}), ("/close_session", {"session_id": 5}),
 ])
 def test_what_would_stop_the_scheduler_is_a_400(route, body):
     status, out = rewrite(route, json.dumps(body).encode(), None, LIMITS)
@@ -250,6 +260,8 @@ def test_deeply_nested_ids_are_answered_not_raised():
     ("/v1/completions", {"model": "m", "prompt": ["x", "y"], "rid": ["a", "b"], "n": 2}),
     ("/v1/chat/completions", {"model": "m", "messages": [], "rid": "a",
                               "chat_template_kwargs": {"enable_thinking": True, "documents": [{"text": "d"}]}}),
+    ("/open_session", {"capacity_of_str_len": 1000, "session_id": "s" * 256, "streaming": False, "timeout": 30.5}),
+    ("/open_session", {"capacity_of_str_len": 0}), ("/close_session", {"session_id": "s"}),
 ])
 def test_what_the_model_takes_passes(route, body):
     assert rewrite(route, json.dumps(body).encode(), None, LIMITS)[0] == 200
