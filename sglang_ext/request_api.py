@@ -5,8 +5,9 @@ installed on SGLang's FastAPI app by the plugin in the HTTP (main) process, read
 `/generate` (POST or PUT), `/v1/chat/completions` and `/v1/completions` before SGLang does and
 - validates `cache_control` (top level, or on any chat message), and the fields request_checks bounds
   (`cache_salt`, `session_params`, `sampling_params`, `n`, token ids, logprob fields, per-prompt lists, prompt
-  length, ...; also the ids sent to /detokenize and the bodies of /open_session and /close_session); anything invalid is answered with HTTP 400 and a message, and the
-  request never reaches the scheduler, so no cache state changes;
+  length, ...; also the ids sent to /detokenize and the bodies of /open_session and /close_session); anything
+  invalid is answered with HTTP 400 and a message, and the request never reaches the scheduler, so no cache state
+  changes;
 - turns a valid one into a retention TTL in seconds carried to the tree cache through SGLang's own
   `custom_params` (`sampling_params.custom_params` for /generate, top-level for the OpenAI routes), a flat
   float under TTL_PARAM: msgspec IPC carries one nesting level only;
@@ -148,7 +149,7 @@ async def answer(send: Callable, status: int, body: bytes) -> None:
 def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
             limits: Optional[ModelLimits] = None) -> Tuple[int, bytes]:
     """(status, body): 200 and the body to forward, or 400 and an error body. `route` outside CARRIED_ROUTES:
-    only client-supplied internal keys are removed (and a detokenize body is checked)."""
+    only client-supplied internal keys are removed (and a CHECKED_ROUTES body is checked)."""
     carried = route in CARRIED_ROUTES
     checked = carried or route in CHECKED_ROUTES
     if not checked and not may_carry_internal_params(raw):

@@ -34,7 +34,7 @@ INT, NUM, STR, BOOL = "an integer", "a number", "a string", "a boolean"
 STRS, INTS, OBJ = "a string or a list of strings", "a list of integers", "an object"
 BIAS = "an object of numbers of at most 3.4e38 in size"
 WORD, COUNT = "a non-empty string", "a non-negative integer"
-SESSION_ID, SECONDS = "a non-empty string of at most 256 characters", "a positive finite number of seconds"
+SESSION_ID, SECONDS = f"a non-empty string of at most {MAX_SALT_LEN} characters", "a positive finite number of seconds"
 SAMPLING_FIELDS = {
     "max_new_tokens": INT, "stop": STRS, "stop_token_ids": INTS, "stop_regex": STRS, "temperature": NUM,
     "top_p": NUM, "top_k": INT, "min_p": NUM, "frequency_penalty": NUM, "presence_penalty": NUM,
