@@ -375,14 +375,33 @@ def check_openai_body(body: dict, route: str) -> None:
         raise BadRequest(f"a field has the wrong type for {route} ({type(e).__name__}: {e})"[:300]) from None
 
 
-def prompt_lengths(body: dict, route: str) -> list:
-    """The length in characters of each prompt text a body asks SGLang to tokenize (a chat: its message texts,
-    content strings and text parts, together)."""
+MEDIA_PARTS = ("image_url", "video_url", "audio_url", "input_audio")  # chat content parts the template does not render
+
+
+def template_text_length(value: Any, most: float = math.inf) -> int:
+    """Characters a chat template could render from `value`: every string in it, keys included (a template may
+    write tools or tool calls out as JSON), except the payload of media parts (a processor's input, not text).
+    A walk with a stack of its own, so any depth the JSON parser let through is counted; it stops once the count
+    passes `most` (the walk costs no more than the text it may refuse)."""
+    n, stack = 0, [value]
+    while stack and n <= most:
+        v = stack.pop()
+        if isinstance(v, str):
+            n += len(v)
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict) and v.get("type") not in MEDIA_PARTS:
+            n += sum(len(k) for k in v)  # JSON keys are strings
+            stack.extend(v.values())
+    return n
+
+
+def prompt_lengths(body: dict, route: str, most: float = math.inf) -> list:
+    """The length in characters of each prompt text a body asks SGLang to tokenize (a chat: what its template
+    renders, together: messages with their names and tool calls, `tools`, and the template's own variables;
+    counted until it passes `most`)."""
     if route == "/v1/chat/completions":
-        messages = body.get("messages")
-        parts = [m.get("content") for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
-        parts += [p.get("text") for c in parts if isinstance(c, list) for p in c if isinstance(p, dict)]
-        return [sum(len(p) for p in parts if isinstance(p, str))]
+        return [template_text_length([body.get(k) for k in ("messages", "tools", "chat_template_kwargs")], most)]
     text = body.get("text" if route == "/generate" else "prompt")
     return [len(t) for t in _as_list(text) if isinstance(t, str)]
 
@@ -391,9 +410,9 @@ def check_text_length(body: dict, route: str, limits: Optional[ModelLimits]) -> 
     if limits is None or limits.context_len is None:
         return
     most = limits.context_len * MAX_CHARS_PER_TOKEN
-    for n in prompt_lengths(body, route):
+    for n in prompt_lengths(body, route, most):
         if n > most:
-            raise BadRequest(f"a prompt of {n} characters cannot fit the model's context of "
+            raise BadRequest(f"a prompt of at least {n} characters cannot fit the model's context of "
                              f"{limits.context_len} tokens (more than {MAX_CHARS_PER_TOKEN} characters per token)")
 
 

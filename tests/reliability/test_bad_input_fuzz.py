@@ -218,6 +218,9 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     ("/v1/chat/completions", dict(CHAT_BODY, chat_template_kwargs={"add_generation_prompt": False})),
     ("/v1/chat/completions", dict(CHAT_BODY, chat_template_kwargs={"chat_template": "{{ 'a client template' }}"})),
     ("/generate", {"text": "x" * (8192 * 32 + 1), "sampling_params": ONE_TOKEN}),  # more than the context could hold
+    # the same in a chat's tools, which a template that renders them (Llama 3.1's, Qwen's) would tokenize too
+    ("/v1/chat/completions", dict(CHAT_BODY, tools=[{"type": "function", "function": {
+        "name": "f", "description": "x" * (8192 * 32), "parameters": {"type": "object"}}}])),
 ])
 def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, route, body):
     before = settled_stats(fuzzed)

@@ -319,14 +319,32 @@ def test_only_a_request_the_scheduler_refused_as_invalid_counts_as_refused_on_ar
 @pytest.mark.parametrize("route, body", [
     ("/generate", {"text": "x" * 321}), ("/generate", {"text": ["ok", "x" * 321]}),
     ("/v1/completions", {"model": "m", "prompt": "x" * 321}),
+    # a chat counts every string its template could render, keys and roles included (a template may write tools
+    # or tool calls out as JSON): 42 characters of structure here ("role", "user", "content" twice; "type", "text")
     ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x" * 200},
-                                                         {"role": "user", "content": [{"type": "text", "text": "y" * 121}]}]}),
+                                                         {"role": "user", "content": [{"type": "text", "text": "y" * 79}]}]}),
+    # 17 characters in {"role": "user", "content": "hi"}, 4 more with "name"; 56 in the tool's structure ("type",
+    # "function", "name", "f", "description", "parameters", "object"); 13 in the documents' ("documents", "text")
+    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi", "name": "z" * 300}]}),
+    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [
+        {"type": "function", "function": {"name": "f", "description": "w" * 248, "parameters": {"type": "object"}}}]}),
+    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                              "chat_template_kwargs": {"documents": [{"text": "v" * 291}]}}),
 ])
 def test_a_text_too_long_for_the_context_is_a_400_before_it_is_tokenized(route, body):
     """A context of 10 tokens takes at most 320 characters of text (MAX_CHARS_PER_TOKEN); tokenizing a longer one
-    would hold SGLang's HTTP process for nothing."""
+    would hold SGLang's HTTP process for nothing. One character less fits."""
     limits = ModelLimits(vocab_size=100, hidden_size=4, context_len=10)
     status, out = rewrite(route, json.dumps(body).encode(), None, limits)
     assert status == 400 and "context of 10 tokens" in json.loads(out)["message"]
-    fits = json.loads(json.dumps(body).replace("x" * 321, "x" * 320).replace("y" * 121, "y" * 120))
-    assert rewrite(route, json.dumps(fits).encode(), None, limits)[0] == 200
+    raw = json.dumps(body)
+    for c, n in (("x", 321), ("y", 79), ("z", 300), ("w", 248), ("v", 291)):
+        raw = raw.replace(c * n, c * (n - 1))
+    assert rewrite(route, raw.encode(), None, limits)[0] == 200
+
+
+def test_a_chats_images_are_not_counted_as_text():
+    limits = ModelLimits(vocab_size=100, hidden_size=4, context_len=10)
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 10_000}}
+    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}]}
+    assert rewrite("/v1/chat/completions", json.dumps(body).encode(), None, limits)[0] == 200
