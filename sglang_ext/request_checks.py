@@ -375,7 +375,7 @@ def check_openai_body(body: dict, route: str) -> None:
         raise BadRequest(f"a field has the wrong type for {route} ({type(e).__name__}: {e})"[:300]) from None
 
 
-MEDIA_PARTS = ("image_url", "video_url", "audio_url", "input_audio")  # chat content parts the template does not render
+MEDIA_PARTS = ("image_url", "video_url", "audio_url", "input_audio")  # content parts whose payload is not rendered
 
 
 def template_text_length(value: Any, most: float = math.inf) -> int:
@@ -390,9 +390,10 @@ def template_text_length(value: Any, most: float = math.inf) -> int:
             n += len(v)
         elif isinstance(v, list):
             stack.extend(v)
-        elif isinstance(v, dict) and v.get("type") not in MEDIA_PARTS:
+        elif isinstance(v, dict):
+            media = v.get("type") if v.get("type") in MEDIA_PARTS else None  # a media part: skip its payload only
             n += sum(len(k) for k in v)  # JSON keys are strings
-            stack.extend(v.values())
+            stack.extend(x for k, x in v.items() if k != media)
     return n
 
 

@@ -348,3 +348,6 @@ def test_a_chats_images_are_not_counted_as_text():
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 10_000}}
     body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}]}
     assert rewrite("/v1/chat/completions", json.dumps(body).encode(), None, limits)[0] == 200
+    # only a media part's payload is skipped: a message calling itself an image still has its text counted
+    body = {"model": "m", "messages": [{"role": "user", "type": "image_url", "content": "x" * 400}]}
+    assert rewrite("/v1/chat/completions", json.dumps(body).encode(), None, limits)[0] == 400
