@@ -27,8 +27,17 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   beats the live one's by `margin` (token hit rate, absolute) and by `min_z` standard errors of the per-request
   difference between the two shadows on the same sampled requests (a paired test: windows hold a few hundred
   requests, and on traffic whose hits are few and large a lead of 0.01 can be noise). The live policy starts on
-  the first setting (recency: SGLang's own LRU), so until the shadows show that another setting pays, the tier
-  behaves as stock SGLang.
+  the first setting (recency: SGLang's own LRU), so while its learner is cold (the first `min_capacities`) the
+  tier behaves as stock SGLang.
+- **The first switch** (`learned_on_tie`): until the miniatures are full they evict nothing and read the same
+  rate, so the paired test cannot pass before the live tree is full too, and each capacity it then waits on
+  recency gives back what the learned setting wins (rag and tenants rows: the first switch came at request
+  800-970 of 2,000). So before the first switch, a tie goes to the learned setting: at the first decision where
+  recency's miniature has hits and the best learned miniature reads at least as many, the live tree leaves
+  recency, its classes trained on `min_capacities` of traffic; where recency's miniature leads (a short
+  conversation slice that barely outgrows the pool) it stays, and a tie at no hits at all is no evidence (the
+  synthetic slice live: both read 0 at the first decision, and the switch then cost 0.0007 against LRU). After
+  the first switch, every switch needs the margin and the paired lead.
 - **Fidelity**: the tier tells the tuner how much of each sampled request the live tree held (its own hit: a
   chunked prefill's own chunks excluded), and a switch also needs the live setting's miniature to read within
   `fidelity_factor` of the live tree's windowed rate on the same requests. A miniature that does not track the
@@ -84,6 +93,7 @@ class TuningConfig:
     margin: float = 0.002  # token hit rate by which another setting must beat the live one
     min_z: float = 1.0  # and its per-request lead over the live one, in standard errors (paired)
     fidelity_factor: float = 2.0  # and the live setting's shadow within this factor of the live tree's rate
+    learned_on_tie: bool = True  # before the first switch, recency's tie with a learned setting goes to the learned
     head_requests: int = 32  # requests through a key that make it a shared head
     head_memory: int = 4096  # keys whose request counts are kept
 
@@ -214,6 +224,7 @@ class ShadowTuner:
         self._warmup_units = 0
         self._requests = 0
         self._live = 0
+        self._learned = [i for i, s in enumerate(config.settings) if s.order != "recency"]
         self._sampled = 0
         self._switches = 0
 
@@ -285,14 +296,24 @@ class ShadowTuner:
         shadow, tree = self._rate(self._live), self._live_tree_rate()
         return max(shadow, tree) <= self.config.fidelity_factor * min(shadow, tree)
 
+    def _tie_goes_to_learned(self) -> Optional[int]:
+        """Before the first switch, on recency: the best learned setting, if its miniature reads at least
+        recency's and recency's has hits (a tie at no hits is no evidence: then only a lead moves the tree)."""
+        if not (self.config.learned_on_tie and not self._switches and self.live.order == "recency" and self._learned):
+            return None
+        learned = max(self._learned, key=self._rate)
+        return learned if 0 < self._rate(self._live) <= self._rate(learned) else None
+
     def _choose(self) -> Optional[Setting]:
         if self._seen < self.config.min_capacities * self.shadow_capacity or not self._tracks_live_tree():
             return None
-        best = max(range(len(self._shadows)), key=self._rate)
-        if best == self._live or self._rate(best) <= self._rate(self._live) + self.config.margin:
-            return None
-        if self._pairs.z(best, self._live) < self.config.min_z:  # a lead within the sampling noise
-            return None
+        best = self._tie_goes_to_learned()
+        if best is None:
+            best = max(range(len(self._shadows)), key=self._rate)
+            if best == self._live or self._rate(best) <= self._rate(self._live) + self.config.margin:
+                return None
+            if self._pairs.z(best, self._live) < self.config.min_z:  # a lead within the sampling noise
+                return None
         self._live = best
         self._switches += 1
         return self.live

@@ -118,8 +118,27 @@ def test_no_switch_before_the_least_traffic_nor_within_the_margin():
     t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=5.0)
     assert feed(t, 1 + 40) == []  # 40 x 100 units = 4 capacities: not yet
     assert feed(t, 20) == ["gated"]
-    close, _ = tuner({"lru": 0.100, "gated": 0.1019}, window_capacities=1.0, margin=0.002)
+    close, _ = tuner({"lru": 0.100, "gated": 0.1019}, window_capacities=1.0, margin=0.002, learned_on_tie=False)
     assert feed(close, 500) == [] and close.live.name == "lru"
+
+
+def test_before_the_first_switch_a_tie_goes_to_the_learned_setting():
+    """Until the miniatures evict they read the same rate: at the first decision after the least traffic the live
+    tree leaves recency on a tie, and stays while recency's miniature leads by any amount; after a switch, a tie
+    moves nothing and a switch needs the margin and the paired lead again."""
+    tied, shadows = tuner({"lru": 0.2, "gated": 0.2}, window_capacities=1.0, min_capacities=2.0)
+    assert feed(tied, 1 + 19) == []  # 19 requests of 100 units: under 2 capacities of 1,000
+    assert feed(tied, 1) == ["gated"]
+    shadows["lru"].rate = 0.5
+    assert feed(tied, 100) == ["lru"]  # recency leads by the margin, with no spread: back, once
+    shadows["lru"].rate = 0.2
+    assert feed(tied, 500) == [] and tied.live.name == "lru"  # a tie after the first switch stays where it is
+    ahead, _ = tuner({"lru": 0.2001, "gated": 0.2}, window_capacities=1.0)
+    assert feed(ahead, 500) == [] and ahead.live.name == "lru"
+    off, _ = tuner({"lru": 0.2, "gated": 0.2}, window_capacities=1.0, learned_on_tie=False)
+    assert feed(off, 500) == [] and off.live.name == "lru"
+    cold, _ = tuner({"lru": 0.0, "gated": 0.0}, window_capacities=1.0)  # no hits yet: no evidence either way
+    assert feed(cold, 500) == [] and cold.live.name == "lru"
 
 
 def test_no_switch_while_the_live_settings_miniature_does_not_track_the_live_tree():
