@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-MAX_SALT_LEN = 256
+MAX_NAME_LEN = 256  # a cache salt or a session id
 MAX_SAMPLES = 128  # `n` per prompt, OpenAI's own limit; a batch of prompts multiplies it
 MAX_FANOUT = 4096  # prompts x n in one request
 
@@ -34,7 +34,7 @@ INT, NUM, STR, BOOL = "an integer", "a number", "a string", "a boolean"
 STRS, INTS, OBJ = "a string or a list of strings", "a list of integers", "an object"
 BIAS = "an object of numbers of at most 3.4e38 in size"
 WORD, COUNT = "a non-empty string", "a non-negative integer"
-SESSION_ID, SECONDS = f"a non-empty string of at most {MAX_SALT_LEN} characters", "a positive finite number of seconds"
+NAME, SECONDS = f"a non-empty string of at most {MAX_NAME_LEN} characters", "a positive finite number of seconds"
 SAMPLING_FIELDS = {
     "max_new_tokens": INT, "stop": STRS, "stop_token_ids": INTS, "stop_regex": STRS, "temperature": NUM,
     "top_p": NUM, "top_k": INT, "min_p": NUM, "frequency_penalty": NUM, "presence_penalty": NUM,
@@ -49,8 +49,8 @@ SESSION_FIELDS = {"id": WORD, "rid": WORD, "offset": COUNT, "replace": BOOL, "dr
 # fields its processes fill in (`rid`, `http_worker_ipc`). SGLang took a negative capacity, a negative or NaN timeout,
 # an empty or 100 kB session id, and those internal fields.
 SESSION_ROUTES = {
-    "/open_session": {"capacity_of_str_len": COUNT, "session_id": SESSION_ID, "streaming": BOOL, "timeout": SECONDS},
-    "/close_session": {"session_id": SESSION_ID},
+    "/open_session": {"capacity_of_str_len": COUNT, "session_id": NAME, "streaming": BOOL, "timeout": SECONDS},
+    "/close_session": {"session_id": NAME},
 }
 
 DETOKENIZE_ROUTES = ("/detokenize", "/v1/detokenize")
@@ -122,8 +122,8 @@ def _has_type(value: Any, kind: str) -> bool:
         return isinstance(value, str)
     if kind == WORD:
         return isinstance(value, str) and bool(value)
-    if kind == SESSION_ID:
-        return isinstance(value, str) and 0 < len(value) <= MAX_SALT_LEN
+    if kind == NAME:
+        return isinstance(value, str) and 0 < len(value) <= MAX_NAME_LEN
     if kind == SECONDS:
         return _is_num(value) and 0 < value < math.inf
     if kind == COUNT:
@@ -197,9 +197,9 @@ def check_fanout(body: dict, route: str) -> None:
 
 
 def check_salt(salt: Any) -> None:
-    if salt is not None and not all(isinstance(s, str) and 0 < len(s) <= MAX_SALT_LEN for s in _as_list(salt)):
+    if salt is not None and not all(_has_type(s, NAME) for s in _as_list(salt)):
         raise BadRequest(f"cache_salt must be a non-empty string (or a list of them, for a batch) of at most "
-                         f"{MAX_SALT_LEN} characters")
+                         f"{MAX_NAME_LEN} characters")
 
 
 def check_session_params(params: Any) -> None:
