@@ -203,6 +203,7 @@ class TieredRadixCache(RadixCache):
         self.last_matched = 0  # the cached prefix of the latest insert (a shadow's hit)
         self._tuning = tuning
         self.tuner: Optional[ShadowTuner] = None
+        self._honours_ttls = True  # the live setting's: False while the self-tuner has client TTLs ignored
         super().__init__(params)  # calls reset(), which builds the policy
 
     @classmethod
@@ -251,6 +252,9 @@ class TieredRadixCache(RadixCache):
 
     def _steer(self, setting: Setting) -> None:
         self.policy.inner.steer(setting.order, setting.gate_threshold)
+        self._honours_ttls = setting.honours_ttls
+        if not setting.honours_ttls:
+            self.retention.release_all()
 
     def _make_shadow(self, setting: Setting, capacity: int) -> "_TreeShadow":
         """A miniature of this cache running `setting`: the same tree class, policy and page size, no pools, no
@@ -308,6 +312,8 @@ class TieredRadixCache(RadixCache):
             self._record_request(path, cand_key, hit, len(key))
             if self.tuner is not None:
                 self._offer_to_shadows(path, cand_key, key, params.priority, ttl_s, hit)
+        if not self._honours_ttls:  # the shadows were offered the TTL: each honours it as its setting says
+            ttl_s = None
         deciding = (self._simulated and not params.chunked) or (self._deciding and counted)
         if remainder and deciding:
             if not self._admits(path, anchor, cand_key, remainder, counted, ttl_s):
@@ -352,7 +358,7 @@ class TieredRadixCache(RadixCache):
         keys = [node.tier_key for node in path]
         if cand_key is not None:
             keys.append(cand_key)
-        setting = self.tuner.offer(keys, (key, priority, ttl_s), len(key), hit)
+        setting = self.tuner.offer(keys, (key, priority, ttl_s), len(key), hit, carries_ttl=ttl_s is not None)
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: the live policy now runs %r (%s)", setting.name, self.tuner.stats())

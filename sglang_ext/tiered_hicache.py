@@ -130,6 +130,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
                        host_evicted_tokens=0, fallback_rounds=0)
         self._req_recorded = False  # inside cache_*_req of a request both policies have recorded already
         self._backed_up_now: Optional[set] = None  # inside insert: the nodes it backed up (new on the host)
+        self._honours_ttls = True  # the live setting's: False while the self-tuner has client TTLs ignored
         super().__init__(params, server_args)
         if self.cache_controller.write_policy == "write_back":
             raise ValueError("--hicache-write-policy write_back does not work with the tiered cache (its eviction "
@@ -168,6 +169,9 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         host takes every backup, as stock HiCache's write-through does."""
         self.device_view.inner.steer(setting.order, setting.gate_threshold)
         self.host_view.inner.steer(setting.order, setting.gate_threshold)
+        self._honours_ttls = setting.honours_ttls
+        if not setting.honours_ttls:
+            self.retention.release_all()
 
     def _make_shadow(self, setting: Setting, device_tokens: int) -> _HostTierShadow:
         """A miniature of this cache running `setting`: this class on simulated pools, both tiers scaled alike,
@@ -186,7 +190,8 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         """Let the tuner sample the request (the tree held `hit` tokens of it, on either tier); switch both
         tiers' setting if it says so. Counted as device policy cost (the shadows' work is the tuner's)."""
         t0 = time.perf_counter_ns()
-        setting = self.tuner.offer(keys, (key, priority, self._request_ttl_s), len(key), hit)
+        ttl_s = self._request_ttl_s
+        setting = self.tuner.offer(keys, (key, priority, ttl_s), len(key), hit, carries_ttl=ttl_s is not None)
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: both tiers now run %r (%s)", setting.name, self.tuner.stats())
@@ -257,6 +262,8 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         counted = not params.chunked and not self._req_recorded
         if counted and len(key):
             self._record_request(key, params.priority)
+        if not self._honours_ttls:  # the shadows were offered the TTL: each honours it as its setting says
+            self._request_ttl_s = None
         self._backed_up_now = set()
         try:
             result = super().insert(params)

@@ -182,6 +182,11 @@ class Retention:
             for _, ended in self._watchers:
                 ended(entry)
 
+    def release_all(self) -> None:
+        """End every retention (its watchers told of each), as when client TTLs stop being honoured."""
+        for entry in list(self._expiry):
+            self.release(entry)
+
     def is_retained(self, entry: Hashable) -> bool:
         return entry in self._expiry and not self._expired(entry)
 

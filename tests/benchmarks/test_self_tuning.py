@@ -13,11 +13,11 @@ from benchmarks.engines import TieredEngine
 from benchmarks.host_engine import HostTierEngine, logical_tree_time
 from benchmarks.replay import ReplayConfig, replay
 from benchmarks.trace import load_trace, parse_rows
-from benchmarks.workloads import GenConfig, generate_rows
+from benchmarks.workloads import KIND_DEFAULTS, GenConfig, generate_rows
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang_ext.simulated_host import simulated_hicache
-from sglang_ext.tiered_cache import TieredRadixCache, peek_path
+from sglang_ext.tiered_cache import TieredRadixCache, _TreeShadow, peek_path
 from sglang_ext.tiered_hicache import TieredHiRadixCache, _HostTierShadow
 from tiers.clock import ManualClock
 from tiers.shadow import DEFAULT_SETTINGS, LRU, TuningConfig
@@ -51,8 +51,9 @@ def test_where_the_learned_order_loses_to_lru_the_default_stays_within_0_002_of_
     default = replay(conversation_slice, ReplayConfig("tinylfu", 4_000_000))
     assert pinned < lru - 0.01  # the loss is real on this slice
     assert default.token_hit_rate >= lru - 0.002
+    # no row carries a TTL: the setting that ignores TTLs would be its twin, so it has no shadow
     assert default.tuning["sampled_requests"] > 0 and set(default.tuning["shadow_hit_rates"]) == {
-        s.name for s in DEFAULT_SETTINGS}
+        s.name for s in DEFAULT_SETTINGS if s.honours_ttls}
 
 
 def test_the_replay_flag_sets_the_servers_rate_and_zero_turns_the_tuner_off():
@@ -244,8 +245,60 @@ def test_the_replay_with_a_host_tier_runs_the_tuner_and_reports_it():
     trace = load_trace("conversation", limit=300)
     r = replay(trace, ReplayConfig("tinylfu", 200_000, host_tokens=400_000))
     assert r.config["host_tier"] == "TieredHiRadixCache"
-    assert r.tuning["sampled_requests"] > 0 and set(r.tuning["shadow_hit_rates"]) == {s.name for s in DEFAULT_SETTINGS}
+    honouring = {s.name for s in DEFAULT_SETTINGS if s.honours_ttls}  # no row carries a TTL
+    assert r.tuning["sampled_requests"] > 0 and set(r.tuning["shadow_hit_rates"]) == honouring
     assert replay(trace, ReplayConfig("tinylfu", 200_000, host_tokens=400_000, shadow_rate=0)).tuning is None
+    tenants = parse_rows(generate_rows("tenants", GenConfig(seed=1, requests=300)))  # a TTL on every row
+    with_ttls = replay(tenants, ReplayConfig("tinylfu", 200_000, host_tokens=400_000))
+    assert set(with_ttls.tuning["shadow_hit_rates"]) == {s.name for s in DEFAULT_SETTINGS}
+
+
+IGNORES_TTLS = next(s for s in DEFAULT_SETTINGS if not s.honours_ttls)
+HONOURS_TTLS = next(s for s in DEFAULT_SETTINGS if s.honours_ttls and s.order == IGNORES_TTLS.order)
+
+
+@pytest.mark.parametrize("host_tier", [False, True], ids=["device", "host-tier"])
+def test_a_setting_that_ignores_ttls_retains_nothing_and_lets_go_of_what_was_retained(host_tier):
+    clock = ManualClock(0.0)
+    if host_tier:
+        cache = simulated_hicache(TieredHiRadixCache, 1200, 2400, clock=clock, strict=True)
+        serve = _HostTierShadow(cache).request  # the scheduler's path for one request: TTL, insert, finish
+    else:
+        cache = TieredRadixCache.create_simulated("tinylfu", 1200, clock=clock)
+        serve = _TreeShadow(cache).request
+
+    def ask(first: int, ttl_s=300.0):
+        serve((RadixKey(array("q", range(first, first + 100))), 0, ttl_s))
+
+    ask(1000)
+    assert cache.retention.retained_size == 100
+    cache._steer(IGNORES_TTLS)
+    assert cache.retention.retained_size == 0  # at the switch, every retention ends
+    ask(2000)
+    ask(1000)  # a hit on what was retained refreshes nothing either
+    assert cache.retention.retained_size == 0 and cache.retention.retains == 1
+    cache._steer(HONOURS_TTLS)
+    ask(3000)
+    assert cache.retention.retained_size == 100
+
+
+def test_where_client_ttls_cost_hits_the_default_stops_honouring_them():
+    """Every row of the tenants workload marks a one-shot question over a shared system prompt ephemeral (300 s):
+    retaining the questions pushes out system prompts the tenants ask for again. The shadow that ignores TTLs sees
+    it, the live tree follows, and ends above the same tuner without that candidate."""
+    trace = parse_rows(generate_rows("tenants", GenConfig(seed=1, **KIND_DEFAULTS["tenants"])))
+    honouring_only = TuningConfig(settings=tuple(s for s in DEFAULT_SETTINGS if s.honours_ttls))
+    results = {}
+    for name, tuning in (("default", TuningConfig()), ("honouring only", honouring_only)):
+        clock = ManualClock(0.0)
+        engine, hit = TieredEngine("tinylfu", 250_000 // 512, clock, tuning=tuning), 0
+        for req in trace.requests:
+            clock.set(max(clock.now(), req.time_s))
+            hit += engine.access(req).hit_blocks
+        results[name] = (hit, engine)
+    (hit, engine), (hit_before, _) = results["default"], results["honouring only"]
+    assert engine.cache.tuner.live == IGNORES_TTLS and engine.cache.retention.retained_size == 0
+    assert hit > hit_before
 
 
 def _node_ids(cache) -> list:

@@ -104,6 +104,20 @@ def test_no_shadow_runs_before_the_warm_up_ends():
     assert [s.name for s in made] == ["lru", "gated"]
 
 
+def test_a_setting_that_ignores_ttls_gets_a_shadow_only_where_the_warm_up_saw_a_ttl():
+    no_ttl = Setting("gated-no-ttl", "learned", 0.3, honours_ttls=False)
+    cfg = TuningConfig(settings=(LRU, GATED, no_ttl), sample_rate=1.0, max_rate=1.0, warmup_requests=3)
+    for ttls, expected in (((False, False, False), ["lru", "gated"]), ((False, True, False), ["lru", "gated", "gated-no-ttl"])):
+        made = []
+        t = ShadowTuner(cfg, 1000, lambda s, c: made.append(s) or FixedShadow(0.1))
+        for i, carries_ttl in enumerate(ttls):
+            t.offer([("chain", i)], 100, 100, 0, carries_ttl=carries_ttl)
+        t.offer([("chain", 9)], 100, 100, 0, carries_ttl=True)  # after the warm-up: too late to add one
+        assert [s.name for s in made] == expected and list(t.stats().shadow_hit_rates) == expected
+    with pytest.raises(ValueError):  # the live policy starts on the first setting: it must honour TTLs
+        TuningConfig(settings=(no_ttl, LRU))
+
+
 def test_the_live_setting_moves_to_the_better_shadow_once_and_stays_on_a_stationary_trace():
     t, shadows = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=2.0)
     assert t.live.name == "lru"  # starts on recency, as stock SGLang
