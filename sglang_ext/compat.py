@@ -65,6 +65,8 @@ CACHE_HOOKS = (
     _hook("sglang.srt.mem_cache.allocator.base", "BaseTokenToKVPoolAllocator.get_all_free_pages", "self",
           "called: device pool fragmentation"),
     _hook("sglang.srt.managers.scheduler", "Scheduler.on_idle", "self", "hooked: signals exported while idle"),
+    _hook("sglang.srt.managers.scheduler", "Scheduler.open_session", "self, recv_req",
+          "hooked: --tier-max-open-sessions"),
 )
 HTTP_HOOKS = (
     _hook("sglang.srt.entrypoints.http_server", "_global_state", None, "read: /tiers/stats"),

@@ -43,7 +43,8 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     from sglang.srt.utils import is_cpu
 
-    from sglang_ext import request_api, tier_signals
+    from sglang_ext import request_api, session_cap, tier_signals
+    from sglang_ext.tier_config import TierConfig
 
     if BACKEND_NAME not in registered_radix_cache_backends():
         register_radix_cache_backend(BACKEND_NAME, build_tree_cache)
@@ -57,6 +58,9 @@ def register() -> None:
                           request_api.attach_stats_to_internal_state, HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", tier_signals.refresh_on_idle,
                           HookType.AFTER)
+    if TierConfig.launched():  # a stock `sglang.launch_server` (the plugin is installed) keeps SGLang's behaviour
+        HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.open_session",
+                              session_cap.refuse_over_cap(TierConfig.from_env().max_open_sessions), HookType.AROUND)
     if main_process:
         request_api.install_http_routes()
 

@@ -20,6 +20,7 @@ ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
 MAX_PREFETCH_THRESHOLD = 1 << 20  # tokens: longer than any context, so "never ask the peer tier" is expressible
 MAX_PEER_TIMEOUT_S = 60.0  # a peer slower than this is no tier: recomputing the prefix is faster
 MAX_REQUEST_MB = 1 << 16  # 64 GiB: beyond any machine this runs on
+MAX_OPEN_SESSIONS = 1 << 20
 
 
 def parse_peers(spec) -> List[Tuple[str, int]]:
@@ -38,6 +39,11 @@ def parse_peers(spec) -> List[Tuple[str, int]]:
     if len(set(peers)) != len(peers):
         raise ValueError(f"a peer is listed twice in {spec if isinstance(spec, str) else ','.join(spec)!r}")
     return peers
+
+
+def _is_whole_in(value, low: int, high: int) -> bool:
+    """An int (not a bool) in low..high."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 class TierConfigError(ValueError):
@@ -81,6 +87,9 @@ class TierConfig:
     # checked): a body of 400 MiB cost the server 1.5 GB of memory, and parsing 256 MiB of token ids holds the HTTP
     # process 3.7 s; 64 MiB is far beyond a text prompt (a 128k-token prompt of ids is about 1 MiB)
     max_request_mb: int = 64
+    # sessions (`/open_session`) open at once in the scheduler: SGLang keeps each until it is closed or its idle
+    # timeout (if the client gave one) passes, so without a bound a client could open them until memory runs out
+    max_open_sessions: int = 4096
 
     def tuning(self) -> Optional[TuningConfig]:
         """The self-tuner's settings (None: off, the policy runs as configured)."""
@@ -100,18 +109,19 @@ class TierConfig:
                 parse_peers(self.peers)
             except ValueError as e:
                 raise TierConfigError(f"--tier-peers: {e}") from None
-        if (not isinstance(self.peer_prefetch_threshold, int) or isinstance(self.peer_prefetch_threshold, bool)
-                or not 1 <= self.peer_prefetch_threshold <= MAX_PREFETCH_THRESHOLD):
+        if not _is_whole_in(self.peer_prefetch_threshold, 1, MAX_PREFETCH_THRESHOLD):
             raise TierConfigError(f"--tier-peer-prefetch-threshold: want a whole number of tokens in 1.."
                                   f"{MAX_PREFETCH_THRESHOLD}, got {self.peer_prefetch_threshold!r}")
         if not (isinstance(self.peer_timeout_s, (int, float)) and not isinstance(self.peer_timeout_s, bool)
                 and 0 < self.peer_timeout_s <= MAX_PEER_TIMEOUT_S):
             raise TierConfigError(f"--tier-peer-timeout: want seconds in (0, {MAX_PEER_TIMEOUT_S:g}], got "
                                   f"{self.peer_timeout_s!r}")
-        if (not isinstance(self.max_request_mb, int) or isinstance(self.max_request_mb, bool)
-                or not 1 <= self.max_request_mb <= MAX_REQUEST_MB):
+        if not _is_whole_in(self.max_request_mb, 1, MAX_REQUEST_MB):
             raise TierConfigError(f"--tier-max-request-mb: want a whole number of MiB in 1..{MAX_REQUEST_MB}, got "
                                   f"{self.max_request_mb!r}")
+        if not _is_whole_in(self.max_open_sessions, 1, MAX_OPEN_SESSIONS):
+            raise TierConfigError(f"--tier-max-open-sessions: want a whole number in 1..{MAX_OPEN_SESSIONS}, got "
+                                  f"{self.max_open_sessions!r}")
         if not 0 < self.retention_budget <= 1:
             raise TierConfigError(f"--tier-retention-budget: must be a fraction in (0, 1], got {self.retention_budget}")
         if not (isinstance(self.shadow_rate, (int, float)) and not isinstance(self.shadow_rate, bool)
@@ -122,6 +132,11 @@ class TierConfig:
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @staticmethod
+    def launched() -> bool:
+        """Whether this process belongs to a server that `sglang_ext.launch_server` started (it exports the config)."""
+        return bool(os.environ.get(ENV_VAR))
 
     @classmethod
     def from_env(cls) -> "TierConfig":
@@ -164,6 +179,8 @@ def add_tier_args(parser: argparse.ArgumentParser) -> None:
                             "--enable-hierarchical-cache on both tiers; 0: off, the learned setting throughout)")
     group.add_argument("--tier-max-request-mb", type=int, default=TierConfig.max_request_mb, metavar="MIB",
                        help="answer a request whose body is larger with a 413, before reading the rest of it")
+    group.add_argument("--tier-max-open-sessions", type=int, default=TierConfig.max_open_sessions, metavar="N",
+                       help="refuse /open_session (a 400) while this many sessions are open")
     group.add_argument("--tier-stats-tenants", action="store_true",
                        help="add per-tenant occupancy (salt digests) to /tiers/stats; off by default, so that no "
                             "client learns another tenant's footprint (with --admin-api-key, /tiers/stats needs it)")
@@ -180,4 +197,5 @@ def tier_config_from_args(args: argparse.Namespace) -> TierConfig:
         peer_timeout_s=args.tier_peer_timeout,
         shadow_rate=args.tier_shadow_rate,
         max_request_mb=args.tier_max_request_mb,
+        max_open_sessions=args.tier_max_open_sessions,
     ).validate()

@@ -75,6 +75,7 @@ CASES = {
     "--tier-shadow-rate": good_share,
     "--tier-peer-timeout": good_timeout,
     "--tier-max-request-mb": good_request_mb,
+    "--tier-max-open-sessions": good_threshold,  # a whole number in 1..2**20, as the threshold
 }
 
 
@@ -114,6 +115,7 @@ def test_peer_lists(value):
     (["--tier-shadow-rate", "1.5"], "--tier-shadow-rate"),
     (["--tier-max-request-mb", "0"], "--tier-max-request-mb"),
     (["--tier-max-request-mb", "0.5"], "--tier-max-request-mb"),
+    (["--tier-max-open-sessions", "0"], "--tier-max-open-sessions"),
 ])
 def test_known_bad_values(argv, flag):
     with pytest.raises(LaunchError, match=flag):

@@ -1,7 +1,9 @@
 """The tiered cache in SGLang's serving path (issue: admission, TTL, tenants, live), against stock SGLang."""
 
+import json
 import random
 import re
+import urllib.request
 
 import pytest
 
@@ -29,8 +31,10 @@ def tiered_small(server_logs):
 
 @pytest.fixture(scope="module")
 def tuned_small(server_logs):
-    # the default policy with full-size shadows: a 1,200-token pool holds four requests, too few for a miniature
-    server = start_server(SMALL_POOL + ["--tier-shadow-rate", "1"], server_logs, "tuned-small")
+    # the default policy with full-size shadows: a 1,200-token pool holds four requests, too few for a miniature;
+    # at most two open sessions
+    server = start_server(SMALL_POOL + ["--tier-shadow-rate", "1", "--tier-max-open-sessions", "2"], server_logs,
+                          "tuned-small")
     yield server
     server.stop()
 
@@ -293,3 +297,37 @@ def test_flood_retained_session_survives_with_the_host_tier(hicache_server):
     # and the self-tuner runs on this class by default: the flood's requests were offered to it
     assert after["tuning"]["sample_rate"] >= 1 / 16
     assert after["tuning"]["live"] in ("lru", "gated")
+
+
+def close_session(server, session_id: str) -> int:
+    """SGLang's /close_session answers 200 with an empty body."""
+    req = urllib.request.Request(server.url + "/close_session", data=json.dumps({"session_id": session_id}).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status
+
+
+def test_an_open_past_the_session_cap_is_a_400_and_opens_nothing(tuned_small, stock_small):
+    """Guards --tier-max-open-sessions (2 here): SGLang keeps a session until it is closed, so a client could open
+    them until the scheduler's memory runs out. Past the cap an open is refused and its session does not exist;
+    closing one makes room. Stock SGLang (no cap) opens the third."""
+    def open_session(server, session_id):
+        return server.post_status("/open_session", {"capacity_of_str_len": 1000, "session_id": session_id})
+
+    def exists(server, session_id):
+        status, answer = server.post_status("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1},
+                                                          "session_params": {"id": session_id}})
+        assert status in (200, 400), answer
+        return status == 200
+
+    assert [open_session(tuned_small, f"cap-{i}") for i in range(2)] == [(200, "cap-0"), (200, "cap-1")]
+    status, answer = open_session(tuned_small, "cap-2")
+    assert status == 400 and "Failed to open the session" in json.dumps(answer), answer
+    assert not exists(tuned_small, "cap-2") and exists(tuned_small, "cap-1")
+    assert close_session(tuned_small, "cap-0") == 200
+    assert open_session(tuned_small, "cap-2") == (200, "cap-2")
+    for session_id in ("cap-1", "cap-2"):
+        assert close_session(tuned_small, session_id) == 200
+    assert [open_session(stock_small, f"cap-{i}") for i in range(3)] == [(200, f"cap-{i}") for i in range(3)]
+    for i in range(3):
+        assert close_session(stock_small, f"cap-{i}") == 200

@@ -107,7 +107,8 @@ def test_no_shadow_runs_before_the_warm_up_ends():
 def test_a_setting_that_ignores_ttls_gets_a_shadow_only_where_the_warm_up_saw_a_ttl():
     no_ttl = Setting("gated-no-ttl", "learned", 0.3, honours_ttls=False)
     cfg = TuningConfig(settings=(LRU, GATED, no_ttl), sample_rate=1.0, max_rate=1.0, warmup_requests=3)
-    for ttls, expected in (((False, False, False), ["lru", "gated"]), ((False, True, False), ["lru", "gated", "gated-no-ttl"])):
+    cases = (((False, False, False), ["lru", "gated"]), ((False, True, False), ["lru", "gated", "gated-no-ttl"]))
+    for ttls, expected in cases:
         made = []
         t = ShadowTuner(cfg, 1000, lambda s, c: made.append(s) or FixedShadow(0.1))
         for i, carries_ttl in enumerate(ttls):
