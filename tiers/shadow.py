@@ -225,19 +225,15 @@ class ShadowTuner:
         self.sampler: Optional[ChainSampler] = None
         self.shadow_capacity = 0
         self._shadows: list = []
-        self._settings = config.settings  # the candidates: those that ignore TTLs only if the warm-up saw one
         self._ttls_seen = False
-        self._hits = [0.0] * len(config.settings)
-        self._totals = [0.0] * len(config.settings)
+        self._candidates(config.settings)
         self._tree_hits = 0.0  # the live tree's own hits on the sampled requests, windowed as the shadows'
-        self._pairs = PairedLeads(len(config.settings))
         self._since_halving = 0.0
         self._since_decision = 0.0
         self._seen = 0.0  # units of sampled traffic so far
         self._warmup_units = 0
         self._requests = 0
         self._live = 0
-        self._learned: list = []
         self._sampled = 0
         self._switches = 0
 
@@ -298,11 +294,15 @@ class ShadowTuner:
         self.shadow_capacity = max(1, int(self.capacity * rate))
         self.sampler = ChainSampler(rate, cfg.head_requests, cfg.head_memory)
         # a setting that ignores TTLs is its TTL twin on traffic without them: a shadow only where it can differ
-        self._settings = tuple(s for s in cfg.settings if s.honours_ttls or self._ttls_seen)
-        n = len(self._settings)
-        self._hits, self._totals, self._pairs = [0.0] * n, [0.0] * n, PairedLeads(n)
-        self._learned = [i for i, s in enumerate(self._settings) if s.order != "recency"]
+        self._candidates(tuple(s for s in cfg.settings if s.honours_ttls or self._ttls_seen))
         self._shadows = [(s, self._make_shadow(s, self.shadow_capacity)) for s in self._settings]
+
+    def _candidates(self, settings: Tuple[Setting, ...]) -> None:
+        """The settings compared (the first stays first: the live one at the start), with empty counts for each."""
+        self._settings = settings
+        n = len(settings)
+        self._hits, self._totals, self._pairs = [0.0] * n, [0.0] * n, PairedLeads(n)
+        self._learned = [i for i, s in enumerate(settings) if s.order != "recency"]
 
     def _rate(self, i: int) -> float:
         return self._hits[i] / self._totals[i] if self._totals[i] else 0.0
