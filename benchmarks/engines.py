@@ -177,24 +177,27 @@ class OutputTokens:
         return array("q", range(first, first - n, -1))
 
 
-def insert_chunks(cache, prompt: array, ends: Sequence[int], priority: int = 0, salt: Optional[str] = None) -> None:
+def insert_chunks(cache, prompt: array, ends: Sequence[int], priority: int = 0, salt: Optional[str] = None,
+                  **insert_kwargs) -> None:
     """The inserts of a chunked prefill, as `cache_unfinished_req(chunked=True)` makes them: each prompt prefix
     in `ends`, marked chunked (SGLang records and decides nothing for it; nor does TieredRadixCache). `salt`: the
-    request's tenant, SGLang's `cache_salt` (the key's namespace)."""
+    request's tenant, SGLang's `cache_salt` (the key's namespace); `insert_kwargs` go to every insert (ours: the
+    request's `ttl_s`, which the server applies to each insert of the request)."""
     import torch
 
     _, InsertParams, _, RadixKey = _radix_api()
     for end in ends:
         part = prompt[:end]
         cache.insert(InsertParams(key=RadixKey(part, cache_salt=salt), value=torch.tensor(part, dtype=torch.int64),
-                                  priority=priority, chunked=True))
+                                  priority=priority, chunked=True), **insert_kwargs)
 
 
 def insert_finished(cache, prompt: array, output: array, priority: int = 0, salt: Optional[str] = None,
                     **insert_kwargs):
     """Cache a finished request as SGLang's cache_finished_req does: prompt + output, then (if there is
-    output and the first insert kept anything) the prompt again, topology only. Returns the first insert's
-    result."""
+    output and the first insert kept anything) the prompt again, topology only; `insert_kwargs` go to both, as
+    the server's request state (ours: its TTL) holds for every insert of cache_finished_req: the re-insert's split
+    leaves the prompt's tail a new node, which the TTL retains there too. Returns the first insert's result."""
     import torch
 
     _, InsertParams, _, RadixKey = _radix_api()
@@ -204,7 +207,7 @@ def insert_finished(cache, prompt: array, output: array, priority: int = 0, salt
                           **insert_kwargs)
     if output and result.prefix_len < len(ids):
         cache.insert(InsertParams(key=RadixKey(prompt, cache_salt=salt), value=value[: len(prompt)],
-                                  priority=priority + 1, chunked=True))
+                                  priority=priority + 1, chunked=True), **insert_kwargs)
     return result
 
 
@@ -355,7 +358,8 @@ class TieredEngine:
         matched = len(self.cache.match_prefix(MatchPrefixParams(key=key)).device_indices)
         hit = outputs.hit_blocks(matched, ids, units.per_block)
         rejected = self.cache.tier_stats().admissions_rejected
-        insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), matched), req.priority, req.tenant)
+        insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), matched), req.priority, req.tenant,
+                      ttl_s=req.ttl_s)
         insert_finished(self.cache, ids, outputs.of(ids), req.priority, req.tenant, ttl_s=req.ttl_s)
         declined = req.blocks[hit:] if self.cache.tier_stats().admissions_rejected > rejected else ()
         return Access(hit_blocks=hit, evicted=units.blocks(self.allocator.take()), declined=declined)

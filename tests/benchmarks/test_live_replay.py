@@ -95,6 +95,57 @@ def test_the_twin_keys_its_tree_as_the_server_does():
     assert not tier_keys(twins[1].cache) & tier_keys(server)  # plain block ids: the same shape, other keys
 
 
+def retained_nodes(cache) -> dict:
+    """{tier key: tokens} of every node a TTL retains in `cache`'s tree."""
+    out, stack = {}, list(cache.root_node.children.values())
+    while stack:
+        node = stack.pop()
+        if cache.retention.is_retained(node):
+            out[node.tier_key] = len(node.key)
+        stack.extend(node.children.values())
+    return out
+
+
+def test_the_twin_retains_what_the_server_retains_for_a_ttl():
+    """Guards: a twin that passed a row's TTL to the first insert of cache_finished_req only. The server's request
+    state holds the TTL for both, and the topology-only re-insert splits the new leaf at the prompt boundary: the
+    server retains the prompt's tail node, the twin left it unretained, so the twin evicted the retained output
+    leaves above it and their prompts with them (tenant-chat-s1, 600 rows at 5e4: 351 retained evictions in the
+    twin, 3 live; 0.5875 offline against 0.6005 live)."""
+    import torch
+
+    from benchmarks.engines import OutputTokens, RadixUnits, TieredEngine
+    from benchmarks.live_replay import sibling_ranks
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang_ext.serving_cache import ServingTieredCache
+    from tiers.clock import ManualClock
+
+    rows = parse_rows([{"timestamp": t, "input_length": 512 * len(ids), "output_length": 1, "hash_ids": ids,
+                        "session": "s", "ttl_s": 60.0}
+                       for t, ids in ((0, [1, 2]), (1, [1, 2, 3]), (2, [4]), (3, [5, 6, 7, 8, 9]))])
+    m, outputs = BlockTokens(K, 2048, sibling_ranks(rows.requests)), OutputTokens(1, prefill_chunk=2 * K)
+    units = RadixUnits(K, m.first_tokens())  # the twin's token ids: its output tokens are its own
+    server = ServingTieredCache.create_simulated(policy="tinylfu", capacity_tokens=100 * K, clock=ManualClock())
+    twin = TieredEngine("tinylfu", 100, ManualClock(), radix_tokens_per_block=K, output_tokens=1,
+                        prefill_chunk=2 * K, first_tokens=m.first_tokens())
+    for r in rows.requests:
+        ids = units.tokens(r.blocks)
+        out = outputs.of(ids)
+        matched = len(server.match_prefix(MatchPrefixParams(key=RadixKey(ids[:-1]))).device_indices)
+        server._request_ttl_s = r.ttl_s  # what cache_unfinished_req and cache_finished_req hold while they insert
+        for end in outputs.chunk_ends(len(ids), matched):  # the last row's chunked prefill: 2 chunks
+            server.insert(InsertParams(key=RadixKey(ids[:end]), value=torch.arange(end), chunked=True))
+        server.insert(InsertParams(key=RadixKey(ids + out), value=torch.arange(len(ids) + 1)))
+        server.insert(InsertParams(key=RadixKey(ids), value=torch.arange(len(ids)), chunked=True))
+        server._request_ttl_s = None
+        twin.access(r)
+    retained = retained_nodes(server)
+    assert sum(retained.values()) == 9 * K + 4  # blocks 1-9 and each prompt's output token
+    assert retained_nodes(twin.cache) == retained
+    assert twin.cache.retention.retains == server.retention.retains  # the chunks' inserts retained as they came
+
+
 def test_prompts_share_exactly_the_tokens_of_their_shared_blocks():
     m = BlockTokens(K, 2048)
     x, y = m.prompt([1, 2, 3, 4]), m.prompt([1, 2, 9])
