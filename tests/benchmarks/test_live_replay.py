@@ -316,34 +316,48 @@ def test_policy_time_is_read_from_either_cache_shape():
 
 ROWS = 120
 CAPACITY = 200_000  # trace tokens: 390 of the slice's ~3,000 distinct blocks fit, so both servers evict
+TTL_CAPACITY = 50_000  # the tenant-chat slice (TTLs on every row): 97 blocks, a few sessions' worth
 FIELDS = {"token_hit_rate", "offline_token_hit_rate", "hit_tokens_by_tier", "ttft_ms_p50", "ttft_ms_p90",
           "ttft_ms_p99", "ttft_ms_mean", "requests", "failures", "requests_per_s", "tier_stats"}
 
 
+def slice_rows(trace_name: str) -> list:
+    """The first ROWS rows of a Mooncake trace, or of the generated tenant-chat workload (seed 1, as
+    benchmarks/out/tenant-chat-s1.jsonl): sessions and tenants, a 300 s TTL on every row."""
+    if trace_name == "tenant-chat":
+        from benchmarks.workloads import KIND_DEFAULTS, GenConfig, generate_rows
+
+        return generate_rows("tenant-chat", GenConfig(seed=1, **KIND_DEFAULTS["tenant-chat"]))[:ROWS]
+    with open(TRACES_DIR / f"mooncake_{trace_name}.jsonl") as f:
+        return [json.loads(next(f)) for _ in range(ROWS)]
+
+
 @pytest.mark.server
-@pytest.mark.parametrize("stock, ours, trace_name", [("stock", "tiered", "conversation"),
-                                                     ("hicache", "tiered-host", "synthetic")])
-def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys, stock, ours, trace_name):
+@pytest.mark.parametrize("stock, ours, trace_name, capacity", [("stock", "tiered", "conversation", CAPACITY),
+                                                               ("stock", "tiered", "tenant-chat", TTL_CAPACITY),
+                                                               ("hicache", "tiered-host", "synthetic", CAPACITY)])
+def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys, stock, ours, trace_name, capacity):
     """Device only on conversation rows, some longer than this CPU server's chunked prefill (a twin that did not
-    chunk as the server does parts from it there); with the host tier on synthetic rows, where the host pool
-    serves part of the slice (on these conversation rows every reuse comes back before the device evicts it)."""
+    chunk as the server does parts from it there), and on tenant-chat rows whose TTLs the server retains (a twin
+    that retained at the first insert of cache_finished_req only read 0.6268 against the server's 0.6493 here);
+    with the host tier on synthetic rows, where the host pool serves part of the slice (on these conversation rows
+    every reuse comes back before the device evicts it)."""
     from benchmarks.__main__ import main
 
-    with open(TRACES_DIR / f"mooncake_{trace_name}.jsonl") as f:
-        rows = [json.loads(next(f)) for _ in range(ROWS)]
+    rows = slice_rows(trace_name)
     rows.append(rows[-1])  # the last row again: a full hit, which SGLang reports as len - 1 cached tokens
     trace = tmp_path / "slice.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rc = main(["live-replay", "--trace", str(trace), "--capacity-tokens", str(CAPACITY), "--servers",
+    rc = main(["live-replay", "--trace", str(trace), "--capacity-tokens", str(capacity), "--servers",
                f"{stock},{ours}", "--concurrency", "1", "--json", "--log-dir", str(tmp_path / "logs")])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0, report
-    assert report["config"]["device_pool_tokens"] == CAPACITY // 512 * K
+    assert report["config"]["device_pool_tokens"] == capacity // 512 * K
     for name in (stock, ours):
         s = report["servers"][name]
         assert FIELDS <= set(s), FIELDS - set(s)
         assert (s["requests"], s["failures"]) == (ROWS + 1, 0)
-        assert s["device_pool_tokens"] == CAPACITY // 512 * K  # the server built the pool asked for
+        assert s["device_pool_tokens"] == capacity // 512 * K  # the server built the pool asked for
         assert s["offline_token_hit_rate"] > 0
         assert abs(s["token_hit_rate"] - s["offline_token_hit_rate"]) <= 0.01, (name, s)
         assert 0 < s["ttft_ms_p50"] <= s["ttft_ms_p90"] <= s["ttft_ms_p99"]
