@@ -347,6 +347,7 @@ class TieredEngine:
             policy_config=policy_config,
             mock_allocator=self.allocator,
             tuning=tuning,
+            output_tokens=output_tokens,
         )
 
     def access(self, req: Request) -> Access:

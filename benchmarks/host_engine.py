@@ -103,7 +103,7 @@ class HostTierEngine:
         output = outputs.of(ids)
         key = RadixKey(outputs.match_key(ids), cache_salt=req.tenant)  # tenants are namespaces, as in a server
         served = serve_request(self.cache, key, len(ids) + len(output),
-                               lambda prefix: self._finish(ids, output, req, prefix))
+                               lambda prefix: self._finish(ids, output, req, prefix), output_tokens=len(output))
         self._evict_ns += served.evict_ns
         device_hit, loaded = served.device_tokens, served.host_tokens
         self._count_hits(device_hit, loaded)

@@ -222,14 +222,16 @@ class Served(NamedTuple):
     evict_ns: int  # perf_counter_ns spent in the allocator's eviction for it
 
 
-def serve_request(cache, key, total_tokens: int, finish: Callable[[int], None]) -> Served:
+def serve_request(cache, key, total_tokens: int, finish: Callable[[int], None], output_tokens: int = 0) -> Served:
     """One request on a simulated HiRadixCache, as the scheduler serves it with HiCache at concurrency 1.
 
     1. match_prefix of `key`: the device prefix, and the host-only part below it (`host_hit_length`);
     2. with the device prefix locked (PrefillAdder's temporary lock), init_load_back of the host part (all or
        nothing); the request then holds a lock on its prefix until it finishes;
     3. the allocator: if fewer device tokens are free than the request's `total_tokens` less its prefix, evict
-       the shortfall (the prefix is locked), then take them;
+       the shortfall (the prefix is locked), then take them; in two rounds when the last `output_tokens` of them
+       are generated (the prompt's KV, then the output's: two rounds do not always take the victims one round
+       takes for the sum);
     4. ready_to_load_host_cache, then `finish(prefix tokens)` (the request's cache_finished_req), unlock;
     5. check_hicache_events, which the next scheduling round runs first: writing_check and loading_check
        acknowledge the copies (all complete) and release the locks SGLang took for them.
@@ -246,15 +248,17 @@ def serve_request(cache, key, total_tokens: int, finish: Callable[[int], None]) 
         cache.dec_lock_ref(node)
         loaded, node = len(values), loaded_node
     cache.inc_lock_ref(node)
-    need = total_tokens - device_hit - loaded
     pool = cache.token_to_kv_pool_allocator
-    short = need - pool.available_size()
-    if short > 0:
-        t0 = time.perf_counter_ns()
-        cache.evict(EvictParams(num_tokens=short))
-        evict_ns = time.perf_counter_ns() - t0
-    if not pool.take(need):
-        raise RuntimeError(f"{need} device tokens not free after eviction (prefix {device_hit + loaded} locked)")
+    computed = total_tokens - device_hit - loaded
+    output = min(output_tokens, computed)
+    for need in (computed - output, output):
+        short = need - pool.available_size()
+        if short > 0:
+            t0 = time.perf_counter_ns()
+            cache.evict(EvictParams(num_tokens=short))
+            evict_ns += time.perf_counter_ns() - t0
+        if not pool.take(need):
+            raise RuntimeError(f"{need} device tokens not free after eviction (prefix {device_hit + loaded} locked)")
     cache.ready_to_load_host_cache()
     finish(device_hit + loaded)
     cache.dec_lock_ref(node)

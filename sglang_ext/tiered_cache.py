@@ -196,6 +196,7 @@ class TieredRadixCache(RadixCache):
         self._retention_budget = retention_budget
         self._strict = strict  # raise on a policy that returns a non-evictable victim (tests); else fall back
         self._simulated = False  # create_simulated: no allocator; insert evicts for the request itself
+        self._simulated_output = 0  # create_simulated: generated tokens at the end of a finished request's key
         self._deciding: Optional[str] = None  # "unfinished" / "finished": inside that cache_*_req, deciding
         self._decided_req = False  # inside a cache_*_req whose request was recorded and decided before
         self._declined_in_finished = False
@@ -218,9 +219,11 @@ class TieredRadixCache(RadixCache):
         retention_budget: float = 0.5,
         tuning: Optional[TuningConfig] = None,
         strict: bool = True,
+        output_tokens: int = 0,
     ) -> "TieredRadixCache":
         """A tree without KV pools (page size 1 by default) whose inserts apply admission and keep the tree
-        within `capacity_tokens`."""
+        within `capacity_tokens`. `output_tokens`: a finished request's key ends with that many generated tokens,
+        whose KV the server allocates after its prompt's (the live replay's twin)."""
         params = CacheInitParams(
             disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=mock_allocator, page_size=page_size
         )
@@ -235,6 +238,7 @@ class TieredRadixCache(RadixCache):
             tuning=tuning,
         )
         cache._simulated = True
+        cache._simulated_output = output_tokens
         return cache
 
     # ---- lifecycle ----
@@ -302,11 +306,16 @@ class TieredRadixCache(RadixCache):
         remainder = len(key) - matched
         cand_key = self._child_tier_key(anchor, key.child_key_at(matched, self.page_size)) if remainder else None
         if remainder and self._simulated:
-            # the allocator's eviction for this request, before it runs (so before it is recorded, as in the
-            # server, where the policy's order at that moment decides the victims): its matched prefix is locked
+            # the allocator's evictions for this request, before it runs (so before it is recorded, as in the
+            # server, where the policy's order at that moment decides the victims): its matched prefix is locked.
+            # The server allocates the prompt's KV, then its output's, each evicting its own shortfall: victims
+            # taken in two rounds are not always those one round takes for the sum (a leaf's parent, bare after
+            # the first round, goes back into the order where it was)
             on_path = set(path)
-            self._evict_tokens(self.evictable_size_ + self.protected_size_ + remainder - self.capacity_tokens,
-                               lambda n: n.lock_ref > 0 or n in on_path)
+            output = 0 if params.chunked else min(self._simulated_output, remainder)
+            for allocated in (remainder - output, remainder) if output else (remainder,):
+                self._evict_tokens(self.evictable_size_ + self.protected_size_ + allocated - self.capacity_tokens,
+                                   lambda n: n.lock_ref > 0 or n in on_path)
         if counted:
             hit = matched - own_chunk_tokens(path)  # the request's own hit: not its own chunks
             self._record_request(path, cand_key, hit, len(key))

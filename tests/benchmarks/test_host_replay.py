@@ -203,3 +203,33 @@ def test_a_chunked_prefill_keeps_the_device_pool_and_the_tree_in_step(policy):
             on_device = sum(len(n.key) for n in all_nodes(engine.cache) if not n.evicted)
             assert engine.device_pool.used == on_device
     assert engine.device_pool.freed_tokens > 0  # the pool was full: eviction freed tokens on the way
+
+
+def test_a_request_allocates_its_prompt_then_its_output_each_evicting_its_own_shortfall():
+    """Guards: the twin making room for prompt and output in one round. The scheduler allocates the prompt's KV
+    at prefill and the generated token's after it, each evicting only what is still missing, and two rounds do
+    not always take the victims one round takes for the sum (the device-only twin's test in test_live_replay)."""
+    import torch
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang_ext.simulated_host import serve_request, simulated_hicache
+    from sglang_ext.tiered_hicache import TieredHiRadixCache
+
+    cache = simulated_hicache(TieredHiRadixCache, 44, 88, strict=True)
+    asked = []
+    evict = cache.evict
+    cache.evict = lambda params: (asked.append(params.num_tokens), evict(params))[1]
+
+    def request(first: int, prompt_tokens: int):
+        ids = list(range(first, first + prompt_tokens + 1))  # the prompt and the one token generated
+
+        def finish(prefix: int) -> None:
+            cache.insert(InsertParams(key=RadixKey(ids), value=torch.arange(len(ids))))
+
+        serve_request(cache, RadixKey(ids[:-1]), len(ids), finish, output_tokens=1)
+
+    for i in range(4):  # four leaves of 11 tokens fill the 44-token pool
+        request(1000 * (i + 1), 10)
+    assert asked == []
+    request(9000, 11)  # 11 for the prompt (one whole leaf), then 1 for the output (another); not 12 at once
+    assert asked == [11, 1]

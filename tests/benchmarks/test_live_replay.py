@@ -13,6 +13,7 @@ import pytest
 from benchmarks.live_replay import (BlockTokens, Sent, hit_tokens_by_tier, live_hit_blocks, percentile,
                                     row_fields, send_rows)
 from benchmarks.trace import TRACES_DIR, parse_rows
+from sglang_ext.tiered_cache import peek_path
 
 K = 16
 
@@ -144,6 +145,52 @@ def test_the_twin_retains_what_the_server_retains_for_a_ttl():
     assert sum(retained.values()) == 9 * K + 4  # blocks 1-9 and each prompt's output token
     assert retained_nodes(twin.cache) == retained
     assert twin.cache.retention.retains == server.retention.retains  # the chunks' inserts retained as they came
+
+
+def counts(cache) -> tuple:
+    s = cache.tier_stats()
+    return s.evictions, s.evicted_tokens, s.admissions_rejected, s.size_tokens
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_the_twin_evicts_for_the_prompt_then_for_the_output_as_the_server_allocates(seed):
+    """Guards: a twin that made room for a request's prompt and output in one round. The server allocates the
+    prompt's KV (evicting its shortfall, the matched prefix locked), then the output's (evicting what is still
+    missing), and two rounds do not always take the victims one round takes for the sum (the policy's density
+    horizon is the number of tracked entries, which the first round lowers): live, tenants-s1 (600
+    rows at 2.5e5) freed 115 tokens and then a 96-token leaf where the twin's one round of 116 took a 48-token
+    one, and the twin declined 46 suffixes where the server declined 50. Reference: a simulated tree without
+    output rules, driven round by round as the scheduler drives the server's."""
+    import random
+    from array import array
+
+    import torch
+
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang_ext.tiered_cache import TieredRadixCache
+    from tiers.clock import ManualClock
+
+    rng = random.Random(seed)
+    heads = [[rng.randrange(100, 30000) for _ in range(rng.randrange(16, 160))] for _ in range(30)]
+    twin = TieredRadixCache.create_simulated("tinylfu", 800, clock=ManualClock(), output_tokens=1)
+    server = TieredRadixCache.create_simulated("tinylfu", 800, clock=ManualClock())
+    for i in range(400):  # with one round, these seeds part at requests 101 and 363
+        head = rng.choice(heads)
+        prompt = head[: rng.randrange(1, len(head) + 1)] + [rng.randrange(100, 30000) for _ in range(rng.randrange(1, 40))]
+        key = RadixKey(array("q", prompt + [-1 - i]))  # the prompt and its one generated token
+        twin.match_prefix(MatchPrefixParams(key=RadixKey(array("q", prompt))))
+        twin.insert(InsertParams(key=key, value=torch.arange(len(prompt) + 1)))
+        node = server.match_prefix(MatchPrefixParams(key=RadixKey(array("q", prompt)))).last_device_node
+        server.inc_lock_ref(node)  # the request holds its prefix while the prompt's KV is allocated
+        computed = len(prompt) - peek_path(server.root_node, key, 1)[1]
+        if computed > 0:
+            shortfall = server.evictable_size() + server.protected_size() + computed - server.capacity_tokens
+            server.evict(EvictParams(num_tokens=shortfall))
+        server.dec_lock_ref(node)
+        server.insert(InsertParams(key=key, value=torch.arange(len(prompt) + 1)))  # evicts for the output
+        assert counts(twin) == counts(server), i
+    assert server.tier_stats().evictions > 100 and server.tier_stats().admissions_rejected > 0
 
 
 def test_prompts_share_exactly_the_tokens_of_their_shared_blocks():
