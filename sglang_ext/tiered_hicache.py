@@ -153,7 +153,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         self.eviction_strategy = RetainedLast(get_eviction_strategy("lru"), self.retention)
         self.tuner = None
         if self._tuning is not None and hasattr(self.device_view.inner, "steer"):
-            self.tuner = ShadowTuner(self._tuning, device_tokens, self._make_shadow)
+            self.tuner = ShadowTuner(self._tuning, device_tokens, self._make_shadow, device_tokens + host_tokens)
             self._steer(self.tuner.live)
 
     def _view(self, tier: str, capacity: int) -> TierView:

@@ -218,9 +218,13 @@ class PairedLeads:
 class ShadowTuner:
     """Feeds sampled requests to one shadow per setting and says which setting the live policy should run."""
 
-    def __init__(self, config: TuningConfig, capacity: int, make_shadow: Callable[[Setting, int], Shadow]):
+    def __init__(self, config: TuningConfig, capacity: int, make_shadow: Callable[[Setting, int], Shadow],
+                 cache_capacity: Optional[int] = None):
+        """`capacity`: the live tier's units, which the shadows scale; `cache_capacity`: all the units the cache
+        holds before it drops anything (with a host tier below the device, both tiers'; default `capacity`)."""
         self.config = config
         self.capacity = capacity
+        self._fill = (cache_capacity or capacity) / capacity  # cache capacities per shadow capacity, scaled
         self._make_shadow = make_shadow
         self.sampler: Optional[ChainSampler] = None
         self.shadow_capacity = 0
@@ -321,6 +325,8 @@ class ShadowTuner:
         recency's and recency's has hits (a tie at no hits is no evidence: then only a lead moves the tree)."""
         if not (self.config.learned_on_tie and not self._switches and self.live.order == "recency" and self._learned):
             return None
+        if self._seen < self.config.min_capacities * self.shadow_capacity * self._fill:
+            return None  # until the miniatures could have dropped anything, they read the same whatever they run
         learned = max(self._learned, key=self._rate)
         return learned if 0 < self._rate(self._live) <= self._rate(learned) else None
 

@@ -20,7 +20,7 @@ class FixedShadow:
         return units * self.rate, units
 
 
-def tuner(rates, capacity=1000, **config):
+def tuner(rates, capacity=1000, cache_capacity=None, **config):
     cfg = TuningConfig(settings=(LRU, GATED), sample_rate=1.0, max_rate=1.0, warmup_requests=1, **config)
     shadows = {}
 
@@ -28,7 +28,7 @@ def tuner(rates, capacity=1000, **config):
         shadows[setting.name] = FixedShadow(rates[setting.name])
         return shadows[setting.name]
 
-    return ShadowTuner(cfg, capacity, make), shadows
+    return ShadowTuner(cfg, capacity, make, cache_capacity), shadows
 
 
 def feed(t, n, units=100, tree_rate=None):
@@ -154,6 +154,19 @@ def test_before_the_first_switch_a_tie_goes_to_the_learned_setting():
     assert feed(off, 500) == [] and off.live.name == "lru"
     cold, _ = tuner({"lru": 0.0, "gated": 0.0}, window_capacities=1.0)  # no hits yet: no evidence either way
     assert feed(cold, 500) == [] and cold.live.name == "lru"
+
+
+def test_with_a_host_tier_a_tie_counts_only_once_both_tiers_could_have_dropped_anything():
+    """Guards: a tie taken after two device capacities while the host tier (here twice the device) still held
+    everything, so the miniatures read the same whatever they ran. On the first 2,000 conversation rows at 1e6
+    (host 2e6) that early switch left the live tree at 0.0835 against stock HiCache's 0.0873; waiting for a lead
+    (it came at 5 capacities) gave 0.1125. The tie counts from 2 x 3 shadow capacities; a lead still moves the tree
+    after 2."""
+    tied, _ = tuner({"lru": 0.2, "gated": 0.2}, cache_capacity=3000, window_capacities=1.0, min_capacities=2.0)
+    assert feed(tied, 1 + 59) == []  # 5,900 units: under 2 x 3 capacities of 1,000
+    assert feed(tied, 1) == ["gated"]
+    ahead, _ = tuner({"lru": 0.1, "gated": 0.3}, cache_capacity=3000, window_capacities=1.0, min_capacities=2.0)
+    assert feed(ahead, 1 + 20) == ["gated"]  # a lead needs no full cache: the first decision after 2 capacities
 
 
 def test_no_switch_while_the_live_settings_miniature_does_not_track_the_live_tree():
