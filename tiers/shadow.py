@@ -36,8 +36,12 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   recency's miniature has hits and the best learned miniature reads at least as many, the live tree leaves
   recency, its classes trained on `min_capacities` of traffic; where recency's miniature leads (a short
   conversation slice that barely outgrows the pool) it stays, and a tie at no hits at all is no evidence (the
-  synthetic slice live: both read 0 at the first decision, and the switch then cost 0.0007 against LRU). After
-  the first switch, every switch needs the margin and the paired lead.
+  synthetic slice live: both read 0 at the first decision, and the switch then cost 0.0007 against LRU). With a
+  host tier below the device, the miniatures drop nothing until both tiers are full, so a tie counts only after
+  `min_capacities` of the whole cache (`cache_capacity`): at two device capacities the tie took the first 2,000
+  conversation rows (host twice the device) to the learned setting before its classes had seen a return, 0.0835
+  against stock HiCache's 0.0873, where waiting for a lead gave 0.1125. After the first switch, every switch needs
+  the margin and the paired lead.
 - **Client TTLs are a setting** (`Setting.honours_ttls`): retention is a hint, and on traffic that marks one-shot
   questions ephemeral it keeps them over the shared prompts that come back (tenants-s1 at 2.5e5: 0.4595 honouring
   them, 0.4839 with none). A candidate that ignores them is measured beside its twin that honours them, and the
