@@ -309,8 +309,8 @@ class TieredRadixCache(RadixCache):
             # the allocator's evictions for this request, before it runs (so before it is recorded, as in the
             # server, where the policy's order at that moment decides the victims): its matched prefix is locked.
             # The server allocates the prompt's KV, then its output's, each evicting its own shortfall: victims
-            # taken in two rounds are not always those one round takes for the sum (a leaf's parent, bare after
-            # the first round, goes back into the order where it was)
+            # taken in two rounds are not always those one round takes for the sum (the learned order's horizon
+            # is the number of entries the policy tracks, which the first round lowers)
             on_path = set(path)
             output = 0 if params.chunked else min(self._simulated_output, remainder)
             for allocated in (remainder - output, remainder) if output else (remainder,):

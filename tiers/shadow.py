@@ -228,7 +228,7 @@ class ShadowTuner:
         holds before it drops anything (with a host tier below the device, both tiers'; default `capacity`)."""
         self.config = config
         self.capacity = capacity
-        self._fill = (cache_capacity or capacity) / capacity  # cache capacities per shadow capacity, scaled
+        self._fill = (cache_capacity or capacity) / capacity  # the whole cache's units per live-tier unit
         self._make_shadow = make_shadow
         self.sampler: Optional[ChainSampler] = None
         self.shadow_capacity = 0
