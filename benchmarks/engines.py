@@ -178,18 +178,22 @@ class OutputTokens:
 
 
 def insert_chunks(cache, prompt: array, ends: Sequence[int], priority: int = 0, salt: Optional[str] = None,
-                  **insert_kwargs) -> None:
+                  **insert_kwargs):
     """The inserts of a chunked prefill, as `cache_unfinished_req(chunked=True)` makes them: each prompt prefix
     in `ends`, marked chunked (SGLang records and decides nothing for it; nor does TieredRadixCache). `salt`: the
     request's tenant, SGLang's `cache_salt` (the key's namespace); `insert_kwargs` go to every insert (ours: the
-    request's `ttl_s`, which the server applies to each insert of the request)."""
+    request's `ttl_s`, which the server applies to each insert of the request). Returns the last insert's result
+    (None without chunks)."""
     import torch
 
     _, InsertParams, _, RadixKey = _radix_api()
+    result = None
     for end in ends:
         part = prompt[:end]
-        cache.insert(InsertParams(key=RadixKey(part, cache_salt=salt), value=torch.tensor(part, dtype=torch.int64),
-                                  priority=priority, chunked=True), **insert_kwargs)
+        result = cache.insert(InsertParams(key=RadixKey(part, cache_salt=salt),
+                                           value=torch.tensor(part, dtype=torch.int64), priority=priority,
+                                           chunked=True), **insert_kwargs)
+    return result
 
 
 def insert_finished(cache, prompt: array, output: array, priority: int = 0, salt: Optional[str] = None,

@@ -13,10 +13,10 @@ Design note
   self-tuner's host-tier shadows serve requests with it too), whose cache_finished_req here is
   engines.insert_finished (prompt + output, then the prompt alone; ours with the request's TTL stashed, as
   ServedRequests does), freeing what the insert found cached already. With `prefill_chunk` (the live server's
-  chunked_prefill_size, in radix tokens) a long prompt's chunks are inserted first, marked chunked, as
-  cache_unfinished_req does (engines.insert_chunks, the TTL stashed too); the request's protected length then
-  moves to the last chunk's end, as SGLang's `cache_protected_len` does, so only what the final insert found
-  cached beyond its own chunks is freed. A prompt longer than the device pool keeps its head, as StockRadixEngine
+  chunked_prefill_size, in radix tokens) a long prompt is prefilled chunk by chunk: each chunk is allocated, then
+  inserted, marked chunked, as cache_unfinished_req does (engines.insert_chunks, the TTL stashed too), before the
+  next is allocated; the request's protected length moves to each chunk's end, as SGLang's `cache_protected_len`
+  does, so only what an insert found cached beyond the request's own is freed. A prompt longer than the device pool keeps its head, as StockRadixEngine
   does.
 - TieredHiRadixCache is built in strict mode, as create_simulated is: a policy whose view drifts from the tree
   raises instead of falling back to SGLang's order.
@@ -103,7 +103,9 @@ class HostTierEngine:
         output = outputs.of(ids)
         key = RadixKey(outputs.match_key(ids), cache_salt=req.tenant)  # tenants are namespaces, as in a server
         served = serve_request(self.cache, key, len(ids) + len(output),
-                               lambda prefix: self._finish(ids, output, req, prefix), output_tokens=len(output))
+                               lambda protected: self._finish(ids, output, req, protected), output_tokens=len(output),
+                               chunk_ends=lambda prefix: outputs.chunk_ends(len(ids), prefix),
+                               insert_chunk=lambda end, protected: self._insert_chunk(ids, req, end, protected))
         self._evict_ns += served.evict_ns
         device_hit, loaded = served.device_tokens, served.host_tokens
         self._count_hits(device_hit, loaded)
@@ -113,23 +115,33 @@ class HostTierEngine:
         self.controller.host_evicted = []
         return Access(hit_blocks=device_blocks, evicted=evicted_host)
 
+    def _insert_chunk(self, ids, req: Request, end: int, protected: int) -> None:
+        """A chunked prefill's cache_unfinished_req(chunked=True): the prompt up to `end` joins the tree."""
+        with self._request_state(req):
+            result = insert_chunks(self.cache, ids, [end], req.priority, req.tenant)
+        self._free_computed_twice(result.prefix_len, protected)
+
     def _finish(self, ids, output, req: Request, protected: int) -> None:
-        """A chunked prefill's cache_unfinished_req inserts, then cache_finished_req: insert prompt + output (ours
-        with the request's TTL stashed, as ServedRequests does), and free the tokens the insert found cached
-        already beyond the request's own (computed twice)."""
-        cache = self.cache
-        ends = self.outputs.chunk_ends(len(ids), protected)
+        """cache_finished_req: insert prompt + output, then free the tokens the insert found cached already beyond
+        the request's own (`protected`: its prefix and chunks; the rest was computed twice)."""
+        with self._request_state(req):
+            result = insert_finished(self.cache, ids, output, req.priority, req.tenant)
+        self._free_computed_twice(result.prefix_len, protected)
+
+    @contextlib.contextmanager
+    def _request_state(self, req: Request):
+        """Ours: the request's TTL stashed while its inserts run, as ServedRequests does in cache_*_req."""
         if not self.stock:
-            cache._request_ttl_s = req.ttl_s
+            self.cache._request_ttl_s = req.ttl_s
         try:
-            insert_chunks(cache, ids, ends, req.priority, req.tenant)
-            protected = ends[-1] if ends else protected  # the request's own chunks are in the tree now
-            result = insert_finished(cache, ids, output, req.priority, req.tenant)
+            yield
         finally:
             if not self.stock:
-                cache._request_ttl_s = None
-        if result.prefix_len > protected:
-            self.device_pool.free(range(protected, result.prefix_len))
+                self.cache._request_ttl_s = None
+
+    def _free_computed_twice(self, prefix_len: int, protected: int) -> None:
+        if prefix_len > protected:
+            self.device_pool.free(range(protected, prefix_len))
 
     def _count_hits(self, device: int, host: int) -> None:
         if not self.stock:  # ours counts hits per tier from SGLang's split of the cached prefix

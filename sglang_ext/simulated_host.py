@@ -25,9 +25,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, NamedTuple
+from typing import Callable, List, NamedTuple, Optional, Sequence
 
 
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams, MatchPrefixParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
 from sglang.srt.mem_cache.radix_cache import RadixCache, TreeNode
@@ -222,7 +223,9 @@ class Served(NamedTuple):
     evict_ns: int  # perf_counter_ns spent in the allocator's eviction for it
 
 
-def serve_request(cache, key, total_tokens: int, finish: Callable[[int], None], output_tokens: int = 0) -> Served:
+def serve_request(cache, key, total_tokens: int, finish: Callable[[int], None], output_tokens: int = 0,
+                  chunk_ends: Callable[[int], Sequence[int]] = lambda prefix: (),
+                  insert_chunk: Optional[Callable[[int, int], None]] = None) -> Served:
     """One request on a simulated HiRadixCache, as the scheduler serves it with HiCache at concurrency 1.
 
     1. match_prefix of `key`: the device prefix, and the host-only part below it (`host_hit_length`);
@@ -231,13 +234,14 @@ def serve_request(cache, key, total_tokens: int, finish: Callable[[int], None], 
     3. the allocator: if fewer device tokens are free than the request's `total_tokens` less its prefix, evict
        the shortfall (the prefix is locked), then take them; in two rounds when the last `output_tokens` of them
        are generated (the prompt's KV, then the output's: two rounds do not always take the victims one round
-       takes for the sum);
-    4. ready_to_load_host_cache, then `finish(prefix tokens)` (the request's cache_finished_req), unlock;
+       takes for the sum). A chunked prefill (`chunk_ends(prefix)`: the prompt lengths its chunks end at) takes
+       each chunk first, and caches it as cache_unfinished_req(chunked=True) does: `insert_chunk(end, protected)`,
+       then a match of the chunk, whose last node the request locks instead;
+    4. ready_to_load_host_cache, then `finish(protected)` (the request's cache_finished_req; `protected`: its
+       prefix and its own chunks, which the tree holds), unlock;
     5. check_hicache_events, which the next scheduling round runs first: writing_check and loading_check
        acknowledge the copies (all complete) and release the locks SGLang took for them.
     """
-    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams, MatchPrefixParams
-
     match = cache.match_prefix(MatchPrefixParams(key=key))
     device_hit, node = len(match.device_indices), match.last_device_node
     loaded = evict_ns = 0
@@ -248,19 +252,33 @@ def serve_request(cache, key, total_tokens: int, finish: Callable[[int], None], 
         cache.dec_lock_ref(node)
         loaded, node = len(values), loaded_node
     cache.inc_lock_ref(node)
-    pool = cache.token_to_kv_pool_allocator
-    computed = total_tokens - device_hit - loaded
+    protected = device_hit + loaded
+    for end in chunk_ends(protected):
+        evict_ns += _allocate(cache, end - protected)
+        insert_chunk(end, protected)
+        chunk_node = cache.match_prefix(MatchPrefixParams(key=key[:end])).last_device_node
+        cache.dec_lock_ref(node)
+        cache.inc_lock_ref(chunk_node)
+        node, protected = chunk_node, end
+    computed = total_tokens - protected
     output = min(output_tokens, computed)
     for need in (computed - output, output):
-        short = need - pool.available_size()
-        if short > 0:
-            t0 = time.perf_counter_ns()
-            cache.evict(EvictParams(num_tokens=short))
-            evict_ns += time.perf_counter_ns() - t0
-        if not pool.take(need):
-            raise RuntimeError(f"{need} device tokens not free after eviction (prefix {device_hit + loaded} locked)")
+        evict_ns += _allocate(cache, need)
     cache.ready_to_load_host_cache()
-    finish(device_hit + loaded)
+    finish(protected)
     cache.dec_lock_ref(node)
     cache.check_hicache_events()
     return Served(device_hit, loaded, evict_ns)
+
+
+def _allocate(cache, need: int) -> int:
+    """Take `need` device tokens, evicting the shortfall first (what is locked stays); the eviction's ns."""
+    pool, evict_ns = cache.token_to_kv_pool_allocator, 0
+    short = need - pool.available_size()
+    if short > 0:
+        t0 = time.perf_counter_ns()
+        cache.evict(EvictParams(num_tokens=short))
+        evict_ns = time.perf_counter_ns() - t0
+    if not pool.take(need):
+        raise RuntimeError(f"{need} device tokens not free after eviction")
+    return evict_ns

@@ -233,3 +233,36 @@ def test_a_request_allocates_its_prompt_then_its_output_each_evicting_its_own_sh
     assert asked == []
     request(9000, 11)  # 11 for the prompt (one whole leaf), then 1 for the output (another); not 12 at once
     assert asked == [11, 1]
+
+
+def test_a_chunked_prefill_allocates_and_caches_each_chunk_before_the_next():
+    """Guards: the host-tier twin allocating a chunked prompt at once. The server allocates a chunk, prefills it
+    and caches it (cache_unfinished_req(chunked=True), its last node locked) before the next chunk's allocation:
+    live, the synthetic slice evicted 4,036 tokens (a 4,096-token chunk, 60 free) where the twin evicted 4,164."""
+    import torch
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang_ext.simulated_host import serve_request, simulated_hicache
+    from sglang_ext.tiered_hicache import TieredHiRadixCache
+
+    cache = simulated_hicache(TieredHiRadixCache, 44, 88, strict=True)
+    asked, chunks = [], []
+    evict = cache.evict
+    cache.evict = lambda params: (asked.append(params.num_tokens), evict(params))[1]
+
+    def request(ids, chunk_ends=lambda prefix: ()):
+        def insert(end, protected):
+            chunks.append(end)
+            cache.insert(InsertParams(key=RadixKey(ids[:end]), value=torch.arange(end), chunked=True))
+
+        def finish(protected):
+            cache.insert(InsertParams(key=RadixKey(ids), value=torch.arange(len(ids))))
+
+        serve_request(cache, RadixKey(ids[:-1]), len(ids), finish, output_tokens=1, chunk_ends=chunk_ends,
+                      insert_chunk=insert)
+
+    for i in range(4):  # four leaves of 11 tokens fill the 44-token pool
+        request(list(range(1000 * (i + 1), 1000 * (i + 1) + 11)))
+    request(list(range(9000, 9023)), chunk_ends=lambda prefix: [prefix + 11])  # 22 prompt tokens, then 1 output
+    assert chunks == [11]
+    assert asked == [11, 11, 1]  # the chunk, the rest of the prompt, the output: a leaf each (at once: 22, then 1)
