@@ -16,8 +16,8 @@ Design note
   chunked_prefill_size, in radix tokens) a long prompt is prefilled chunk by chunk: each chunk is allocated, then
   inserted, marked chunked, as cache_unfinished_req does (engines.insert_chunks, the TTL stashed too), before the
   next is allocated; the request's protected length moves to each chunk's end, as SGLang's `cache_protected_len`
-  does, so only what an insert found cached beyond the request's own is freed. A prompt longer than the device pool keeps its head, as StockRadixEngine
-  does.
+  does, so only what an insert found cached beyond the request's own is freed. A prompt longer than the device
+  pool keeps its head, as StockRadixEngine does.
 - TieredHiRadixCache is built in strict mode, as create_simulated is: a policy whose view drifts from the tree
   raises instead of falling back to SGLang's order.
 - Hits, in blocks: device = the match's device indices, host = what init_load_back loaded. The replay loop
@@ -60,7 +60,8 @@ class HostTierEngine:
 
     def __init__(self, policy: str, capacity_blocks: int, host_blocks: int, clock, block_tokens: int,
                  policy_config: Optional[dict] = None, radix_tokens_per_block: int = 1, output_tokens: int = 0,
-                 tuning=None, first_tokens: Optional[Mapping[int, int]] = None, prefill_chunk: int = 0):
+                 tuning=None, first_tokens: Optional[Mapping[int, int]] = None, prefill_chunk: int = 0,
+                 host_pool: Optional[int] = None):
         from sglang.srt.mem_cache.hiradix_cache import HiRadixCache
 
         from sglang_ext.simulated_host import load_back_threshold, simulated_hicache
@@ -72,15 +73,16 @@ class HostTierEngine:
         r = radix_tokens_per_block
         self.capacity = capacity_blocks * r
         threshold = load_back_threshold(block_tokens / r)
+        host = host_pool or host_blocks * r  # radix tokens: a live server's own size where the twin has it
         self.stock = policy in STOCK_POLICIES
         if self.stock:
-            self.cache = simulated_hicache(HiRadixCache, self.capacity, host_blocks * r, load_back_threshold=threshold,
+            self.cache = simulated_hicache(HiRadixCache, self.capacity, host, load_back_threshold=threshold,
                                            eviction_policy=policy, eviction_policy_config=policy_config)
         else:
             from sglang_ext.tiered_hicache import TieredHiRadixCache
 
             ours = policy[len(TIERED_PREFIX):] if policy.startswith(TIERED_PREFIX) else policy
-            self.cache = simulated_hicache(TieredHiRadixCache, self.capacity, host_blocks * r,
+            self.cache = simulated_hicache(TieredHiRadixCache, self.capacity, host,
                                            load_back_threshold=threshold, policy=ours, policy_config=policy_config,
                                            clock=clock, strict=True, tuning=tuning)
         self.device_pool = self.cache.token_to_kv_pool_allocator
@@ -212,5 +214,6 @@ def host_tier_engine(cfg, block_tokens: int, clock):
     bt = block_tokens
     engine = HostTierEngine(cfg.policy, cfg.capacity_tokens // bt, cfg.host_tokens // bt, clock, bt,
                             cfg.policy_config, cfg.radix_tokens_per_block, cfg.output_tokens,
-                            tuning_at(cfg.shadow_rate), cfg.block_first_tokens, cfg.prefill_chunk_tokens)
+                            tuning_at(cfg.shadow_rate), cfg.block_first_tokens, cfg.prefill_chunk_tokens,
+                            cfg.host_pool_radix_tokens)
     return engine, HostTiers(engine, bt, cfg.peer_tokens // bt, cfg.lower_policy, clock)

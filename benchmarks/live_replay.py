@@ -235,6 +235,7 @@ class ServerRun:
     offline: Optional[dict] = None
     eviction_s: Optional[float] = None  # sglang:eviction_duration_seconds_sum at the end (None: not exported)
     prefill_chunk: Optional[int] = None  # the server's chunked_prefill_size (tokens), from its start-up log
+    host_pool: Optional[int] = None  # a HiCache server's host pool (tokens), from its start-up log
 
 
 def server_args(spec: ServerKind, device_tokens: int, host_ratio: float) -> List[str]:
@@ -263,6 +264,7 @@ def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, 
                           kind=spec.kind, stock_plugins=spec.stock_plugins)
     try:
         pool, chunk = server_pool_tokens(server), server_chunk_tokens(server)
+        host_pool = server_host_pool_tokens(server)
         # start from empty pools and fresh policy state: whatever the server ran while starting (its health
         # probes) is not in the offline replay, and a learning policy's decisions can turn on one extra node
         flush_when_idle(server)
@@ -277,7 +279,7 @@ def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, 
         eviction_s = metric_sum(server.get("/metrics"), "sglang:eviction_duration_seconds_sum")
     finally:
         server.stop()
-    return ServerRun(name, sent, wall, stats, pool, eviction_s=eviction_s, prefill_chunk=chunk)
+    return ServerRun(name, sent, wall, stats, pool, eviction_s=eviction_s, prefill_chunk=chunk, host_pool=host_pool)
 
 
 def metric_sum(text, name: str) -> Optional[float]:
@@ -301,24 +303,30 @@ def policy_ns(tier_stats: Optional[dict]) -> Optional[int]:
     return int(device["policy_ns"]) if "policy_ns" in device else None
 
 
-def server_chunk_tokens(server: Server) -> Optional[int]:
-    """The server's `chunked_prefill_size` from its start-up log (the server_args line); None if not found."""
+def logged_int(server: Server, pattern: str) -> Optional[int]:
+    """The number `pattern`'s group matches first in the server's start-up log; None if not found. (The log, not
+    /get_server_info: that would run our plugin's internal-state hook, which a stock tree cache does not support;
+    it stops the scheduler of the `hicache` server.)"""
     try:
-        found = re.search(r"'chunked_prefill_size': (-?\d+)", server.log_path.read_text(errors="replace"))
+        found = re.search(pattern, server.log_path.read_text(errors="replace"))
     except OSError:
         return None
     return int(found.group(1)) if found else None
+
+
+def server_chunk_tokens(server: Server) -> Optional[int]:
+    """The server's `chunked_prefill_size` (the server_args line)."""
+    return logged_int(server, r"'chunked_prefill_size': (-?\d+)")
 
 
 def server_pool_tokens(server: Server) -> Optional[int]:
-    """The device pool the server really built (SGLang may cap --max-total-tokens at what it profiled), from
-    its start-up log line: /get_server_info would run our plugin's internal-state hook, which a stock tree
-    cache does not support (it stops the scheduler of the `hicache` server)."""
-    try:
-        found = re.search(r"max_total_num_tokens=(\d+)", server.log_path.read_text(errors="replace"))
-    except OSError:
-        return None
-    return int(found.group(1)) if found else None
+    """The device pool the server really built (SGLang may cap --max-total-tokens at what it profiled)."""
+    return logged_int(server, r"max_total_num_tokens=(\d+)")
+
+
+def server_host_pool_tokens(server: Server) -> Optional[int]:
+    """The host pool a HiCache server built: SGLang adds a page to int(device x ratio)."""
+    return logged_int(server, r"hierarchical KV host pool: (\d+) tokens")
 
 
 def at_send_times(trace: Trace, sent: Sequence[Sent]) -> Trace:
@@ -337,12 +345,12 @@ def at_send_times(trace: Trace, sent: Sequence[Sent]) -> Trace:
 
 
 def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Optional[int] = None,
-                   first_tokens: Optional[Dict[int, int]] = None) -> dict:
+                   first_tokens: Optional[Dict[int, int]] = None, host_pool: Optional[int] = None) -> dict:
     """The same rows replayed offline through the same classes, in the live server's units: one radix token per
     sent token id, each block starting with the id the server saw first in it (`first_tokens`: the tree's keys,
     and so the chains the self-tuner samples, are the server's), the one token each request generates cached
     after its prompt, and the server's chunked prefill: a long prompt's chunks are inserted, undecided, before it
-    finishes."""
+    finishes; with the host tier, the host pool the server built (`host_pool`, tokens; None: the configured one)."""
     from benchmarks.replay import ReplayConfig, replay
 
     spec = SERVER_KINDS[name]
@@ -351,7 +359,7 @@ def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Op
         policy=spec.offline_policy, capacity_tokens=cfg.capacity_tokens,
         host_tokens=cfg.host_tokens if spec.host_tier else 0,
         radix_tokens_per_block=cfg.tokens_per_block, output_tokens=1, prefill_chunk_tokens=chunk,
-        block_first_tokens=first_tokens))
+        block_first_tokens=first_tokens, host_pool_radix_tokens=host_pool if spec.host_tier else None))
     return {"token_hit_rate": result.token_hit_rate, "hit_tokens_by_tier": result.hit_tokens_by_tier,
             "admissions_rejected": result.admissions_rejected, "radix_tokens_per_block": cfg.tokens_per_block,
             # with the host tier: the class the server runs (host_engine)
@@ -452,7 +460,8 @@ def live_replay(trace: Trace, names: Sequence[str], cfg: LiveConfig, log_dir: Pa
             out[name] = {"error": str(e)[-2000:], "failures": len(trace.requests)}
             continue
         twin = at_send_times(trace, run.sent)  # the server's clock, for its TTLs
-        run = replace(run, offline=offline_replay(name, twin, cfg, run.prefill_chunk, blocks.first_tokens()))
+        run = replace(run, offline=offline_replay(name, twin, cfg, run.prefill_chunk, blocks.first_tokens(),
+                                                  run.host_pool))
         out[name] = summarize(run, trace, cfg)
     config = {"trace": trace.path, "rows": len(trace.requests), "block_tokens": trace.block_tokens,
               "capacity_tokens": cfg.capacity_tokens, "host_tokens": cfg.host_tokens,

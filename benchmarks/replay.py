@@ -47,6 +47,9 @@ class ReplayConfig:
     # block -> the token id a live server sees first in it (the live replay's twin: engines.RadixUnits), so that
     # the twin's tree keys, and the blocks the self-tuner samples by their hashes, are the server's
     block_first_tokens: Optional[Mapping[int, int]] = None
+    # the host pool a live server built, in radix tokens (None: host_tokens' blocks): SGLang adds a page to
+    # int(device x ratio), so the live replay's twin takes the size from the server's start-up log
+    host_pool_radix_tokens: Optional[int] = None
     # the server's --tier-shadow-rate (tiers.shadow: self-tuning from shadow caches; 0: off); the device-only
     # tree of the project's policies runs it, as the server does
     shadow_rate: float = TuningConfig.sample_rate

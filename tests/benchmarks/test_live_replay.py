@@ -351,6 +351,31 @@ def test_metric_sum_adds_a_series_over_its_label_sets_and_nothing_else():
     assert metric_sum(page, "sglang:absent") is None and metric_sum({"not": "text"}, "x") is None
 
 
+def test_the_twin_takes_the_pools_the_server_built_from_its_log(tmp_path):
+    """Guards: a host-tier twin on the configured host pool where SGLang built one page more (int(device x ratio)
+    plus a page: 62,497 tokens for 62,496 asked); a backup that fit live made the twin evict from its host pool
+    (synthetic, 2,000 rows at 1e6 / 2e6: 0.0769 offline against 0.0766 live; the server's size gives 0.0766)."""
+    from types import SimpleNamespace
+
+    from benchmarks.host_engine import HostTierEngine
+    from benchmarks.live_replay import server_chunk_tokens, server_host_pool_tokens, server_pool_tokens
+    from tiers.clock import ManualClock
+
+    log = tmp_path / "server.log"
+    log.write_text("server_args={'chunked_prefill_size': 4096, 'x': 1}\n"
+                   "max_total_num_tokens=31248, chunked_prefill_size=4096\n"
+                   "Allocating kv hierarchical KV host pool: 62497 tokens, 0.03 GB host memory.\n")
+    server = SimpleNamespace(log_path=log)
+    assert (server_pool_tokens(server), server_chunk_tokens(server), server_host_pool_tokens(server)) == (
+        31248, 4096, 62497)
+    assert server_host_pool_tokens(SimpleNamespace(log_path=tmp_path / "missing.log")) is None
+    for policy in ("lru", "tinylfu"):
+        asked = HostTierEngine(policy, 10, 20, ManualClock(), 512, radix_tokens_per_block=K)
+        built = HostTierEngine(policy, 10, 20, ManualClock(), 512, radix_tokens_per_block=K, host_pool=20 * K + 1)
+        assert asked.controller.mem_pool_host.size == 20 * K
+        assert built.controller.mem_pool_host.size == 20 * K + 1
+
+
 def test_policy_time_is_read_from_either_cache_shape():
     from benchmarks.live_replay import policy_ns
 
