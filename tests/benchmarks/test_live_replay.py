@@ -13,7 +13,6 @@ import pytest
 from benchmarks.live_replay import (BlockTokens, Sent, hit_tokens_by_tier, live_hit_blocks, percentile,
                                     row_fields, send_rows)
 from benchmarks.trace import TRACES_DIR, parse_rows
-from sglang_ext.tiered_cache import peek_path
 
 K = 16
 
@@ -168,7 +167,7 @@ def test_the_twin_evicts_for_the_prompt_then_for_the_output_as_the_server_alloca
 
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
-    from sglang_ext.tiered_cache import TieredRadixCache
+    from sglang_ext.tiered_cache import TieredRadixCache, peek_path
     from tiers.clock import ManualClock
 
     rng = random.Random(seed)
