@@ -27,21 +27,22 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   beats the live one's by `margin` (token hit rate, absolute) and by `min_z` standard errors of the per-request
   difference between the two shadows on the same sampled requests (a paired test: windows hold a few hundred
   requests, and on traffic whose hits are few and large a lead of 0.01 can be noise). The live policy starts on
-  the first setting (recency: SGLang's own LRU), so while its learner is cold (the first `min_capacities`) the
-  tier behaves as stock SGLang.
+  the first setting (recency: SGLang's own LRU), so while its learner is cold (until the cache is full, below)
+  the tier behaves as stock SGLang.
 - **The first switch** (`learned_on_tie`): until the miniatures are full they evict nothing and read the same
   rate, so the paired test cannot pass before the live tree is full too, and each capacity it then waits on
   recency gives back what the learned setting wins (rag and tenants rows: the first switch came at request
-  800-970 of 2,000). So before the first switch, a tie goes to the learned setting: at the first decision where
-  recency's miniature has hits and the best learned miniature reads at least as many, the live tree leaves
-  recency, its classes trained on `min_capacities` of traffic; where recency's miniature leads (a short
-  conversation slice that barely outgrows the pool) it stays, and a tie at no hits at all is no evidence (the
-  synthetic slice live: both read 0 at the first decision, and the switch then cost 0.0007 against LRU). With a
-  host tier below the device, the miniatures drop nothing until both tiers are full, so a tie counts only after
-  `min_capacities` of the whole cache (`cache_capacity`): at two device capacities the tie took the first 2,000
-  conversation rows (host twice the device) to the learned setting before its classes had seen a return, 0.0835
-  against stock HiCache's 0.0873, where waiting for a lead gave 0.1125. After the first switch, every switch needs
-  the margin and the paired lead.
+  800-970 of 2,000). So before the first switch, a tie goes to the learned setting: at the first decision after
+  `tie_capacities` (one) capacity of the whole cache, once recency's miniature has hits and the best learned
+  miniature reads at least as many, the live tree leaves recency, its classes trained on what it served while it
+  filled (until then no order drops anything); where recency's miniature leads (a short conversation slice that
+  barely outgrows the pool) it stays, and a tie at no hits at all is no evidence (the synthetic slice live: both
+  read 0 at the first decision, and the switch then cost 0.0007 against LRU). The whole cache: with a host tier
+  below the device, nothing is dropped until both tiers are full (`cache_capacity`); a tie at two device
+  capacities took the first 2,000 conversation rows (host twice the device) to the learned setting before its
+  classes had seen a return, 0.0835 against stock HiCache's 0.0873. One capacity of the whole cache rather than
+  two was chosen on the tuning set (benchmarks/RESULTS.md). After the first switch, every switch needs the margin,
+  the paired lead and `min_capacities` of traffic.
 - **Client TTLs are a setting** (`Setting.honours_ttls`): retention is a hint, and on traffic that marks one-shot
   questions ephemeral it keeps them over the shared prompts that come back (tenants-s1 at 2.5e5: 0.4595 honouring
   them, 0.4839 with none). A candidate that ignores them is measured beside its twin that honours them, and the
@@ -102,7 +103,8 @@ class TuningConfig:
     settings: Tuple[Setting, ...] = DEFAULT_SETTINGS  # the first is what the live policy starts with
     window_capacities: float = 4.0  # shadow capacities of sampled traffic per window (then the counts halve)
     decide_capacities: float = 1.0  # shadow capacities of sampled traffic between two decisions
-    min_capacities: float = 2.0  # sampled traffic before the first switch
+    min_capacities: float = 2.0  # sampled traffic before a lead can move the live setting
+    tie_capacities: float = 1.0  # and before a tie can move it off recency, in capacities of the whole cache
     margin: float = 0.002  # token hit rate by which another setting must beat the live one
     min_z: float = 1.0  # and its per-request lead over the live one, in standard errors (paired)
     fidelity_factor: float = 2.0  # and the live setting's shadow within this factor of the live tree's rate
@@ -118,9 +120,9 @@ class TuningConfig:
             raise ValueError("shadow settings need at least one setting and distinct names")
         if not self.settings[0].honours_ttls:
             raise ValueError("the first shadow setting (the live policy's start) must honour TTLs")
-        if min(self.window_capacities, self.decide_capacities) <= 0 or min(self.min_capacities, self.margin,
-                                                                           self.min_z) < 0:
-            raise ValueError("window and decision interval must be > 0, min traffic, margin and min_z >= 0")
+        if min(self.window_capacities, self.decide_capacities) <= 0 or min(
+                self.min_capacities, self.tie_capacities, self.margin, self.min_z) < 0:
+            raise ValueError("window and decision interval must be > 0, least traffic, margin and min_z >= 0")
         if not self.fidelity_factor >= 1:
             raise ValueError(f"fidelity_factor must be >= 1, got {self.fidelity_factor}")
         if self.head_requests < 2 or self.head_memory < 1:
@@ -329,16 +331,18 @@ class ShadowTuner:
         recency's and recency's has hits (a tie at no hits is no evidence: then only a lead moves the tree)."""
         if not (self.config.learned_on_tie and not self._switches and self.live.order == "recency" and self._learned):
             return None
-        if self._seen < self.config.min_capacities * self.shadow_capacity * self._fill:
-            return None  # until the miniatures could have dropped anything, they read the same whatever they run
+        if self._seen < self.config.tie_capacities * self.shadow_capacity * self._fill:
+            return None  # until the whole cache is full, the live tree drops nothing whatever it runs
         learned = max(self._learned, key=self._rate)
         return learned if 0 < self._rate(self._live) <= self._rate(learned) else None
 
     def _choose(self) -> Optional[Setting]:
-        if self._seen < self.config.min_capacities * self.shadow_capacity or not self._tracks_live_tree():
+        if not self._tracks_live_tree():
             return None
         best = self._tie_goes_to_learned()
         if best is None:
+            if self._seen < self.config.min_capacities * self.shadow_capacity:
+                return None
             best = max(range(len(self._shadows)), key=self._rate)
             if best == self._live or self._rate(best) <= self._rate(self._live) + self.config.margin:
                 return None

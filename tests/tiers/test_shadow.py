@@ -130,7 +130,7 @@ def test_the_live_setting_moves_to_the_better_shadow_once_and_stays_on_a_station
 
 
 def test_no_switch_before_the_least_traffic_nor_within_the_margin():
-    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=5.0)
+    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=5.0, learned_on_tie=False)
     assert feed(t, 1 + 40) == []  # 40 x 100 units = 4 capacities: not yet
     assert feed(t, 20) == ["gated"]
     close, _ = tuner({"lru": 0.100, "gated": 0.1019}, window_capacities=1.0, margin=0.002, learned_on_tie=False)
@@ -138,12 +138,15 @@ def test_no_switch_before_the_least_traffic_nor_within_the_margin():
 
 
 def test_before_the_first_switch_a_tie_goes_to_the_learned_setting():
-    """Until the miniatures evict they read the same rate: at the first decision after the least traffic the live
-    tree leaves recency on a tie, and stays while recency's miniature leads by any amount; after a switch, a tie
-    moves nothing and a switch needs the margin and the paired lead again."""
+    """Until the cache is full nothing is dropped whatever it runs: at the first decision after one capacity the
+    live tree leaves recency on a tie (or a learned lead), though a lead after a switch needs `min_capacities`, and
+    stays while recency's miniature leads by any amount; after a switch, a tie moves nothing and a switch needs the
+    margin and the paired lead again."""
     tied, shadows = tuner({"lru": 0.2, "gated": 0.2}, window_capacities=1.0, min_capacities=2.0)
-    assert feed(tied, 1 + 19) == []  # 19 requests of 100 units: under 2 capacities of 1,000
+    assert feed(tied, 1 + 9) == []  # 9 requests of 100 units: under 1 capacity of 1,000
     assert feed(tied, 1) == ["gated"]
+    later, _ = tuner({"lru": 0.2, "gated": 0.2}, window_capacities=1.0, tie_capacities=2.0)
+    assert feed(later, 1 + 19) == [] and feed(later, 1) == ["gated"]
     shadows["lru"].rate = 0.5
     assert feed(tied, 100) == ["lru"]  # recency leads by the margin, with no spread: back, once
     shadows["lru"].rate = 0.2
@@ -160,10 +163,10 @@ def test_with_a_host_tier_a_tie_counts_only_once_both_tiers_could_have_dropped_a
     """Guards: a tie taken after two device capacities while the host tier (here twice the device) still held
     everything, so the miniatures read the same whatever they ran. On the first 2,000 conversation rows at 1e6
     (host 2e6) that early switch left the live tree at 0.0835 against stock HiCache's 0.0873; waiting for a lead
-    (it came at 5 capacities) gave 0.1125. The tie counts from 2 x 3 shadow capacities; a lead still moves the tree
-    after 2."""
+    (it came at 5 capacities) gave 0.1125. The tie counts from 1 x 3 shadow capacities; a lead still moves the tree
+    after `min_capacities` (2)."""
     tied, _ = tuner({"lru": 0.2, "gated": 0.2}, cache_capacity=3000, window_capacities=1.0, min_capacities=2.0)
-    assert feed(tied, 1 + 59) == []  # 5,900 units: under 2 x 3 capacities of 1,000
+    assert feed(tied, 1 + 29) == []  # 2,900 units: under 1 x 3 capacities of 1,000
     assert feed(tied, 1) == ["gated"]
     ahead, _ = tuner({"lru": 0.1, "gated": 0.3}, cache_capacity=3000, window_capacities=1.0, min_capacities=2.0)
     assert feed(ahead, 1 + 20) == ["gated"]  # a lead needs no full cache: the first decision after 2 capacities
@@ -238,7 +241,7 @@ def test_a_lead_within_the_sampling_noise_switches_far_less_and_a_clear_one_stil
 @pytest.mark.parametrize("bad", [
     dict(sample_rate=0.0), dict(sample_rate=0.5, max_rate=0.25), dict(max_rate=1.5), dict(settings=()),
     dict(settings=(LRU, LRU)), dict(window_capacities=0.0), dict(decide_capacities=0.0), dict(margin=-0.1),
-    dict(head_requests=1),
+    dict(head_requests=1), dict(tie_capacities=-1.0),
     dict(warmup_requests=0), dict(min_z=-1.0), dict(fidelity_factor=0.5), dict(fidelity_factor=float("nan")),
 ])
 def test_bad_tuning_configs_are_refused(bad):
