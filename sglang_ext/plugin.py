@@ -5,7 +5,8 @@ parsing arguments, because `--radix-cache-backend` accepts only registered names
 never raises on the serving path. It first compares the installed SGLang with the pinned interface (compat):
 on any difference it logs what changed, installs no hook, and the `tiered` backend refuses to build, so a
 server asked for it does not start. What it installs otherwise:
-- every process: the `tiered` backend; on CPU, the HiCache seams (cpu_hicache);
+- every process: the `tiered` backend; on CPU, the HiCache seams (cpu_hicache); the last check of a tokenized
+  request before it goes to the scheduler (scheduler_guard);
 - scheduler processes: a hook that adds the tree cache's tier counters to `get_internal_state`; where the
   `tiered` backend is built, a thread that returns freed heap memory to the system (heap_trim);
 - the HTTP (main) process: the `cache_control` middleware and `GET /tiers/stats` (request_api).
@@ -43,7 +44,7 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     from sglang.srt.utils import is_cpu
 
-    from sglang_ext import request_api, session_cap, tier_signals
+    from sglang_ext import request_api, scheduler_guard, session_cap, tier_signals
     from sglang_ext.tier_config import TierConfig
 
     if BACKEND_NAME not in registered_radix_cache_backends():
@@ -58,6 +59,8 @@ def register() -> None:
                           request_api.attach_stats_to_internal_state, HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", tier_signals.refresh_on_idle,
                           HookType.AFTER)
+    # every process: the tokenizer manager runs in the HTTP process, or in several with --tokenizer-worker-num
+    HookRegistry.register(scheduler_guard.TARGET, scheduler_guard.guard, HookType.AROUND)
     if TierConfig.launched():  # a stock `sglang.launch_server` (the plugin is installed) keeps SGLang's behaviour
         HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.open_session",
                               session_cap.refuse_over_cap(TierConfig.from_env().max_open_sessions), HookType.AROUND)

@@ -2,12 +2,14 @@
 
 SGLang 0.5.20 has no `cache_control` field: unknown top-level keys are dropped silently. This ASGI middleware,
 installed on SGLang's FastAPI app by the plugin in the HTTP (main) process, reads the request body of
-`/generate` (POST or PUT), `/v1/chat/completions` and `/v1/completions` before SGLang does and
+`/generate` (POST or PUT), `/v1/chat/completions` (and SageMaker's `/invocations`, the same route under another
+name) and `/v1/completions` before SGLang does and
 - validates `cache_control` (top level, or on any chat message), and the fields request_checks bounds
   (`cache_salt`, `session_params`, `sampling_params`, `n`, token ids, logprob fields, per-prompt lists, prompt
-  length, ...; also the ids sent to /detokenize and the bodies of /open_session and /close_session); anything
-  invalid is answered with HTTP 400 and a message, and the request never reaches the scheduler, so no cache state
-  changes;
+  length, ...; also the ids sent to /detokenize, the bodies of /open_session and /close_session, and the
+  /generate request that Vertex AI's /vertex_generate builds); anything invalid is answered with HTTP 400 and a
+  message, and the request never reaches the scheduler, so no cache state changes (SGLang's other generation
+  routes are checked where they all meet, before the scheduler: scheduler_guard);
 - turns a valid one into a retention TTL in seconds carried to the tree cache through SGLang's own
   `custom_params` (`sampling_params.custom_params` for /generate, top-level for the OpenAI routes), a flat
   float under TTL_PARAM: msgspec IPC carries one nesting level only;
@@ -31,6 +33,7 @@ from sglang_ext.request_checks import CHECKED_ROUTES, BadRequest, ModelLimits, c
 
 TTL_PARAM = "sglang_ext_ttl_s"
 CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top"}
+ROUTE_ALIASES = {"/invocations": "/v1/chat/completions"}  # SageMaker's: the chat route's body and handler
 MISSING = object()
 NOT_JSON = object()
 
@@ -150,6 +153,7 @@ def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
             limits: Optional[ModelLimits] = None) -> Tuple[int, bytes]:
     """(status, body): 200 and the body to forward, or 400 and an error body. `route` outside CARRIED_ROUTES:
     only client-supplied internal keys are removed (and a CHECKED_ROUTES body is checked)."""
+    route = ROUTE_ALIASES.get(route, route)
     carried = route in CARRIED_ROUTES
     checked = carried or route in CHECKED_ROUTES
     if not checked and not may_carry_internal_params(raw):
@@ -245,6 +249,13 @@ def install_http_routes() -> None:
         return
     app.state.sglang_ext_installed = True
     app.add_middleware(CacheControlMiddleware)
+
+    from sglang_ext.scheduler_guard import RefusedRequest
+
+    @app.exception_handler(RefusedRequest)
+    async def refused(_request, exc: RefusedRequest):  # the routes that let a ValueError through as a 500
+        status, body = bad_request(str(exc))
+        return ORJSONResponse(json.loads(body), status_code=status)
 
     from sglang.srt.utils.auth import AuthLevel, auth_level
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -54,7 +55,10 @@ SESSION_ROUTES = {
 }
 
 DETOKENIZE_ROUTES = ("/detokenize", "/v1/detokenize")
-CHECKED_ROUTES = (*DETOKENIZE_ROUTES, *SESSION_ROUTES)  # besides request_api.CARRIED_ROUTES
+# Vertex AI's predict route: SGLang builds a /generate request of its `instances` and `parameters` (the same variable
+# names the route in SGLang's http_server)
+VERTEX_ROUTE = os.environ.get("AIP_PREDICT_ROUTE", "/vertex_generate")
+CHECKED_ROUTES = (*DETOKENIZE_ROUTES, *SESSION_ROUTES, VERTEX_ROUTE)  # besides request_api.CARRIED_ROUTES
 
 # GenerateReqInput fields that hold one value per prompt when given as a list: SGLang indexes them by prompt, so a
 # list of another length (or a list for one prompt) is a 500 in its HTTP process.
@@ -417,6 +421,25 @@ def check_text_length(body: dict, route: str, limits: Optional[ModelLimits]) -> 
                              f"{limits.context_len} tokens (more than {MAX_CHARS_PER_TOKEN} characters per token)")
 
 
+def vertex_as_generate(body: dict) -> Optional[dict]:
+    """The /generate body SGLang's Vertex AI route builds: the prompts of its `instances` (the first of text,
+    input_ids, input_embeds that the first instance has) as a batch, `parameters` as the other fields. None where
+    SGLang answers itself (no instances, or a body its model refuses)."""
+    instances, parameters = body.get("instances"), body.get("parameters") or {}
+    if not instances or not isinstance(instances, list) or not all(isinstance(i, dict) for i in instances) \
+            or not isinstance(parameters, dict):
+        return None
+    inputs = {}
+    for name in ("text", "input_ids", "input_embeds"):
+        if instances[0].get(name):
+            inputs[name] = [instance.get(name) for instance in instances]
+            break
+    clash = sorted(({*inputs, "image_data"}) & parameters.keys())
+    if clash:  # SGLang passed both as keyword arguments: a TypeError, a 500
+        raise BadRequest(f"parameters.{clash[0]} is given by the instances")
+    return {**inputs, **parameters}
+
+
 def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) -> None:
     """Every check that applies to a body for `route` (request_api.CARRIED_ROUTES, CHECKED_ROUTES); `limits`
     None: the model's are not known yet, and the checks that need them are skipped."""
@@ -425,6 +448,11 @@ def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) 
         return
     if route in SESSION_ROUTES:
         check_fields(body, SESSION_ROUTES[route], route[1:])
+        return
+    if route == VERTEX_ROUTE:
+        generate = vertex_as_generate(body)
+        if generate is not None:
+            check_request(generate, "/generate", limits)
         return
     check_salt(body.get("cache_salt"))
     check_session_params(body.get("session_params"))

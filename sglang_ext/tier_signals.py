@@ -63,7 +63,8 @@ def ghost_keys(node, blocks: int) -> list:
     if it has one, else its start. So a prefix evicted as one node and stored again from a later split point
     (HiRadixCache splits nodes that wait in the host tier) is still recognised within its first blocks."""
     depth = _depth(node)
-    tokens, extra = node.key.token_ids, node.key.extra_key
+    # the key's namespace too: a tenant's store must not count as a capacity miss of another tenant's eviction
+    tokens, extra = node.key.token_ids, (node.key.extra_key, node.key.cache_salt)
     aligned = []
     for offset in range(-depth % GHOST_BLOCK, len(tokens) - GHOST_BLOCK + 1, GHOST_BLOCK):
         if len(aligned) == max(1, blocks - 1):

@@ -49,8 +49,11 @@ def parse_ttl(ttl: Any) -> float:
     m = _TTL_RE.match(ttl.strip())
     if not m:
         raise ValueError(f"cache_control ttl {ttl!r} is not '<N>s', '<N>m' or '<N>h' with N a non-negative integer")
-    seconds = float(int(m.group(1)) * _UNIT_S[m.group(2)])
-    return validate_ttl_s(seconds)
+    seconds = int(m.group(1)) * _UNIT_S[m.group(2)]  # an int of any length (as float, 309 digits overflowed)
+    if seconds > MAX_TTL_S:
+        raise ValueError(f"cache_control ttl {ttl:.40}{'...' if len(ttl) > 40 else ''} exceeds the maximum of "
+                         f"{MAX_TTL_S:.0f}s (24h)")
+    return validate_ttl_s(float(seconds))
 
 
 def validate_ttl_s(seconds: Any) -> float:

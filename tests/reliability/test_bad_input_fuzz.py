@@ -221,6 +221,18 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     # the same in a chat's tools, which a template that renders them (Llama 3.1's, Qwen's) would tokenize too
     ("/v1/chat/completions", dict(CHAT_BODY, tools=[{"type": "function", "function": {
         "name": "f", "description": "x" * (8192 * 32), "parameters": {"type": "object"}}}])),
+    # each of these stopped the scheduler of a server here (2026-12-05): values SGLang's own validation passes
+    # (int32 sampling tensors, a vocabulary-wide stop-token tensor, float ids it coerces), and SGLang's other
+    # generation routes, which the middleware did not read
+    ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1, "top_k": 3 * 10**9}}),  # not greedy
+    ("/generate", {"input_ids": [1, 2, 3], "sampling_params": dict(ONE_TOKEN, max_new_tokens=2, min_new_tokens=1,
+                                                                   stop_token_ids=[10**9])}),
+    ("/v1/completions", {"model": "default", "prompt": [9.0e8, 2.0], "max_tokens": 1}),
+    ("/invocations", dict(CHAT_BODY, logprobs=True, top_logprobs=10**9)),
+    ("/vertex_generate", {"instances": [{"input_ids": [5 * 10**6]}], "parameters": {"sampling_params": ONE_TOKEN}}),
+    ("/v1/messages", dict(CHAT_BODY, top_k=3 * 10**9)),
+    ("/api/generate", {"model": "default", "prompt": "hi", "stream": False,
+                       "options": {"top_k": 3 * 10**9, "num_predict": 1}}),
 ])
 def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, route, body):
     before = settled_stats(fuzzed)

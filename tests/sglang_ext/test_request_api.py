@@ -65,6 +65,12 @@ def test_a_client_supplied_internal_ttl_is_removed_on_every_route(route, where):
     assert ttls_in(out) == []
 
 
+def test_sagemakers_chat_route_carries_cache_control_as_the_chat_route_does():
+    body = {"model": "m", "messages": [{"role": "user", "content": "x", "cache_control": {"type": "ephemeral"}}]}
+    assert forwarded("/invocations", body)[1] == forwarded("/v1/chat/completions", body)[1]
+    assert ttls_in(forwarded("/invocations", body)[1]) == [300.0]
+
+
 def test_a_valid_cache_control_is_the_only_ttl_that_is_carried():
     body = {"model": "default", "prompt": "x", "cache_control": {"type": "ephemeral", "ttl": "1h"},
             "custom_params": {TTL_PARAM: 5.0}, "extra_body": {"custom_params": {TTL_PARAM: 9.0}}}
@@ -219,6 +225,16 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/open_session", {"capacity_of_str_len": 100, "session_id": "s", "rid": "r"}),
     ("/open_session", {"capacity_of_str_len": 100, "http_worker_ipc": "ipc:///tmp/elsewhere"}),
     ("/close_session", {"session_id": "s", "rid": "r"}), ("/close_session", {"session_id": 5}),
+    # SageMaker's name for the chat route, and Vertex AI's predict route (a /generate of its instances), which
+    # went past every check of the middleware
+    ("/invocations", {"model": "m", "messages": [], "logprobs": True, "top_logprobs": 101}),
+    ("/invocations", {"model": "m", "messages": [], "chat_template_kwargs": {"chat_template": "{{ 1 }}"}}),
+    ("/invocations", {"model": "m", "messages": [], "n": MAX_SAMPLES + 1}),
+    ("/vertex_generate", {"instances": [{"input_ids": [5, 100]}]}),
+    ("/vertex_generate", {"instances": [{"input_ids": [1, 2]}, {"input_ids": []}]}),
+    ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"http_worker_ipc": "ipc:///tmp/elsewhere"}}),
+    ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"sampling_params": {"is_normalized": True}}}),
+    ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"text": "y"}}),
 ])
 def test_what_would_stop_the_scheduler_is_a_400(route, body):
     status, out = rewrite(route, json.dumps(body).encode(), None, LIMITS)
@@ -262,6 +278,10 @@ def test_deeply_nested_ids_are_answered_not_raised():
                               "chat_template_kwargs": {"enable_thinking": True, "documents": [{"text": "d"}]}}),
     ("/open_session", {"capacity_of_str_len": 1000, "session_id": "s" * 256, "streaming": False, "timeout": 30.5}),
     ("/open_session", {"capacity_of_str_len": 0}), ("/close_session", {"session_id": "s"}),
+    ("/invocations", {"model": "m", "messages": [], "logprobs": True, "top_logprobs": 20}),
+    ("/vertex_generate", {"instances": [{"input_ids": [5, 99]}, {"input_ids": [1]}],
+                          "parameters": {"sampling_params": {"max_new_tokens": 1}}}),
+    ("/vertex_generate", {"instances": []}), ("/vertex_generate", {"instances": "x"}),
 ])
 def test_what_the_model_takes_passes(route, body):
     assert rewrite(route, json.dumps(body).encode(), None, LIMITS)[0] == 200

@@ -12,8 +12,8 @@ from tiers.clock import ManualClock
 from tiers.signals import free_runs
 
 
-def prompt(seed, n=40):
-    return RadixKey(array("q", [seed * 1000 + i for i in range(n)]))
+def prompt(seed, n=40, salt=None):
+    return RadixKey(array("q", [seed * 1000 + i for i in range(n)]), cache_salt=salt)
 
 
 def insert(cache, key):
@@ -44,6 +44,20 @@ def test_repeat_after_eviction_is_a_capacity_miss_and_a_new_prefix_a_cold_miss()
     insert(cache, prompt(4))
     after = device(cache)
     assert after["cold_miss_tokens"] == 160 and after["capacity_miss_tokens"] == 40
+
+
+def test_another_tenants_evicted_prompt_is_no_capacity_miss_of_this_one():
+    """The miss breakdown is per namespace: tenant B's store of tokens tenant A had evicted is B's cold miss (its
+    counters must not tell B what A sent), and it leaves A's ghost for A."""
+    clock = ManualClock()
+    cache = ServingTieredCache.create_simulated(policy="lru", capacity_tokens=100, clock=clock)
+    for seed in (1, 2, 3):  # tenant a's prompt 1 is evicted
+        insert(cache, prompt(seed, salt="a"))
+        clock.advance(1)
+    insert(cache, prompt(1, salt="b"))
+    assert (device(cache)["cold_miss_tokens"], device(cache)["capacity_miss_tokens"]) == (160, 0)
+    insert(cache, prompt(1, salt="a"))
+    assert device(cache)["capacity_miss_tokens"] == 40
 
 
 def test_a_flood_thrashes_and_evicted_entries_were_never_hit():

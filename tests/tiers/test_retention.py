@@ -26,6 +26,8 @@ def test_parse_cache_control():
         ({"type": "ephemeral", "ttl": "-5m"}, "not '<N>s'"),
         ({"type": "ephemeral", "ttl": "0s"}, "positive"),
         ({"type": "ephemeral", "ttl": "48h"}, "exceeds"),
+        ({"type": "ephemeral", "ttl": "1" + "0" * 400 + "s"}, "exceeds"),  # past a float: an OverflowError, a 500
+        ({"type": "ephemeral", "ttl": "1" + "0" * 5000 + "m"}, "digits"),  # past Python's int parsing limit
         ({"type": "ephemeral", "ttl": 300}, "must be a string"),
         ({"type": "ephemeral", "ttl": "5 minutes"}, "not '<N>s'"),
         ({"type": "ephemeral", "extra": 1}, "unknown field"),

@@ -1,0 +1,69 @@
+"""The last check before a request goes to the scheduler, whatever HTTP route built it.
+
+request_checks bounds the bodies of the routes whose schemas it knows. SGLang 0.5.20 serves the same generation
+through routes it does not (`/invocations`, `/vertex_generate`, `/v1/messages`, `/v1/responses`, Ollama's
+`/api/chat` and `/api/generate`), and some values pass SGLang's own validation there and then stop the scheduler:
+a `top_k` or `min_new_tokens` past int32 (its sampling tensors are int32), a stop token id outside the vocabulary
+(an index into a vocabulary-wide tensor), a token id outside it (a completion prompt of floats is coerced to ints
+that nothing checks), more top logprobs than the vocabulary, a `logprob_start_len` below -1. All of those routes
+meet in `TokenizerManager._create_tokenized_object`, where SGLang runs its own `SamplingParams.verify`; an AROUND
+hook there checks the object it built and raises RefusedRequest, a ValueError, which those routes answer with a 400
+as they answer SGLang's own checks there (request_api maps it to a 400 on Ollama's routes too, which answer any
+ValueError with a 500). Nothing has reached the scheduler or the cache yet.
+
+Threading: runs in the HTTP process's event loop, like the method it wraps; it keeps no state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object"
+
+
+class RefusedRequest(ValueError):
+    """A request refused here: the client's to fix (a 400)."""
+
+
+def _outside(ids: Optional[Iterable[int]], vocab_size: int) -> Optional[int]:
+    """An id of `ids` that is not in [0, vocab_size), or None (min and max: one C pass each over a long prompt)."""
+    if not ids:
+        return None
+    low, high = min(ids), max(ids)
+    return low if low < 0 else high if high >= vocab_size else None
+
+
+def check_tokenized(obj: Any, vocab_size: int) -> None:
+    """Raise RefusedRequest (a 400 on every route) if the tokenized request `obj` holds a value that would stop the
+    scheduler; a request of another kind (an embedding) passes unchecked."""
+    sp = getattr(obj, "sampling_params", None)
+    if sp is None or not hasattr(obj, "top_logprobs_num"):
+        return
+    bad = _outside(obj.input_ids, vocab_size)
+    if bad is not None:
+        raise RefusedRequest(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+    for name in ("top_k", "min_new_tokens", "max_new_tokens"):
+        value = getattr(sp, name, None)
+        if value is not None and value > INT32_MAX:
+            raise RefusedRequest(f"{name} must be at most {INT32_MAX}, got {value}")
+    bad = _outside(sp.stop_token_ids, vocab_size)
+    if bad is not None:
+        raise RefusedRequest(f"stop_token_ids: {bad} is outside the vocabulary [0, {vocab_size})")
+    seed = getattr(sp, "sampling_seed", None)
+    if seed is not None and not -INT64_MAX - 1 <= seed <= INT64_MAX:
+        raise RefusedRequest(f"sampling_seed must fit a signed 64-bit integer, got {seed}")
+    if obj.return_logprob:
+        if not 0 <= obj.top_logprobs_num <= vocab_size:
+            raise RefusedRequest(f"top logprobs must be from 0 to the vocabulary size ({vocab_size}), "
+                             f"got {obj.top_logprobs_num}")
+        if obj.logprob_start_len < -1:
+            raise RefusedRequest(f"logprob_start_len must be -1 or more, got {obj.logprob_start_len}")
+
+
+def guard(original, manager, *args, **kwargs):
+    """The AROUND hook: SGLang builds the tokenized request, then it is checked before anything sends it."""
+    obj = original(manager, *args, **kwargs)
+    check_tokenized(obj, int(manager.model_config.vocab_size))
+    return obj

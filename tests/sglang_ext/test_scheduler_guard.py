@@ -1,0 +1,57 @@
+"""The last check before the scheduler (scheduler_guard): what SGLang 0.5.20's own validation passes and its scheduler
+then stops on is refused, whichever route built the request; what the model takes passes. The server-side
+counterpart (each route, a live scheduler) is tests/reliability/test_bad_input_fuzz.py."""
+
+from array import array
+from types import SimpleNamespace
+
+import pytest
+
+from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang_ext.scheduler_guard import RefusedRequest, check_tokenized, guard
+
+VOCAB = 100
+
+
+def tokenized(ids=(1, 2, 3), return_logprob=False, top_logprobs_num=0, logprob_start_len=-1, **sampling):
+    """A TokenizedGenerateReqInput's fields the guard reads, with SGLang's own SamplingParams, verified as SGLang
+    verifies it just before the guard."""
+    params = SamplingParams(**sampling)
+    params.verify(VOCAB)
+    return SimpleNamespace(input_ids=array("q", ids), sampling_params=params, return_logprob=return_logprob,
+                           top_logprobs_num=top_logprobs_num, logprob_start_len=logprob_start_len)
+
+
+@pytest.mark.parametrize("obj", [
+    tokenized(ids=(1, VOCAB)), tokenized(ids=(-1, 2)),  # a completion prompt of floats, coerced to these
+    tokenized(top_k=2**31), tokenized(top_k=10**12),  # SGLang's sampling tensors are int32
+    tokenized(min_new_tokens=2**31, max_new_tokens=None),
+    tokenized(max_new_tokens=2, min_new_tokens=1, stop_token_ids=[10**9]),  # indexes a vocabulary-wide tensor
+    tokenized(stop_token_ids=[-5]),
+    tokenized(sampling_seed=2**63),
+    tokenized(return_logprob=True, top_logprobs_num=VOCAB + 1),
+    tokenized(return_logprob=True, logprob_start_len=-2),
+])
+def test_what_the_scheduler_would_stop_on_is_refused(obj):
+    with pytest.raises(RefusedRequest):
+        check_tokenized(obj, VOCAB)
+
+
+@pytest.mark.parametrize("obj", [
+    tokenized(), tokenized(ids=(0, VOCAB - 1)), tokenized(ids=()), tokenized(top_k=-1), tokenized(top_k=2**31 - 1),
+    tokenized(max_new_tokens=None), tokenized(stop_token_ids=[0, VOCAB - 1], min_new_tokens=1),
+    tokenized(sampling_seed=2**63 - 1), tokenized(return_logprob=True, top_logprobs_num=VOCAB, logprob_start_len=0),
+    tokenized(return_logprob=False, top_logprobs_num=10**9),  # no logprobs asked for: the number is never used
+    SimpleNamespace(input_ids=array("q", [VOCAB * 2]), sampling_params=None),  # not a generation: not ours to judge
+])
+def test_what_the_model_takes_passes(obj):
+    check_tokenized(obj, VOCAB)
+
+
+def test_the_hook_returns_what_sglang_built_and_refuses_before_it_is_sent():
+    manager = SimpleNamespace(model_config=SimpleNamespace(vocab_size=VOCAB))
+    good, bad = tokenized(), tokenized(top_k=2**40)
+    assert guard(lambda m, *a, **k: good, manager, "obj") is good
+    with pytest.raises(RefusedRequest, match="top_k"):
+        guard(lambda m, *a, **k: bad, manager, "obj")
+    assert issubclass(RefusedRequest, ValueError)  # what SGLang's routes answer with a 400
