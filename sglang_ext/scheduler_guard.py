@@ -57,7 +57,7 @@ def check_tokenized(obj: Any, vocab_size: int) -> None:
     if obj.return_logprob:
         if not 0 <= obj.top_logprobs_num <= vocab_size:
             raise RefusedRequest(f"top logprobs must be from 0 to the vocabulary size ({vocab_size}), "
-                             f"got {obj.top_logprobs_num}")
+                                 f"got {obj.top_logprobs_num}")
         if obj.logprob_start_len < -1:
             raise RefusedRequest(f"logprob_start_len must be -1 or more, got {obj.logprob_start_len}")
 
@@ -65,5 +65,8 @@ def check_tokenized(obj: Any, vocab_size: int) -> None:
 def guard(original, manager, *args, **kwargs):
     """The AROUND hook: SGLang builds the tokenized request, then it is checked before anything sends it."""
     obj = original(manager, *args, **kwargs)
-    check_tokenized(obj, int(manager.model_config.vocab_size))
+    try:
+        check_tokenized(obj, int(manager.model_config.vocab_size))
+    except TypeError as e:  # a value SGLang let through untyped (an Ollama option, say): not comparable
+        raise RefusedRequest(f"a sampling field has the wrong type ({e})") from None
     return obj

@@ -55,3 +55,7 @@ def test_the_hook_returns_what_sglang_built_and_refuses_before_it_is_sent():
     with pytest.raises(RefusedRequest, match="top_k"):
         guard(lambda m, *a, **k: bad, manager, "obj")
     assert issubclass(RefusedRequest, ValueError)  # what SGLang's routes answer with a 400
+    untyped = tokenized()
+    untyped.sampling_params.sampling_seed = "7"  # an Ollama option SGLang passes on as it came
+    with pytest.raises(RefusedRequest, match="wrong type"):
+        guard(lambda m, *a, **k: untyped, manager, "obj")
