@@ -182,6 +182,16 @@ def split_tier_args(argv: List[str]):
         raise LaunchError(str(e)) from None
 
 
+def refuse_unchecked_http_workers(server_args) -> None:
+    """With `--tokenizer-worker-num` above 1, SGLang serves HTTP from worker processes that import its app afresh and
+    load no plugin: no request check, no `cache_control`, and a client's copy of the internal TTL key would reach
+    the scheduler. Refused until those workers load the plugin."""
+    workers = getattr(server_args, "tokenizer_worker_num", 1)
+    if workers != 1:
+        raise LaunchError(f"--tokenizer-worker-num {workers} is not supported: SGLang starts those HTTP workers "
+                          "without its plugins, so requests would skip sglang_ext's checks; use 1")
+
+
 def announce_when_ready(url: str, deadline_s: float = 600.0) -> None:
     """Print one line once /health answers (a daemon thread; gives up silently at the deadline)."""
 
@@ -228,6 +238,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from sglang.srt.server_args import prepare_server_args
 
         server_args = prepare_server_args(argv)
+        refuse_unchecked_http_workers(server_args)
     except (LaunchError, IncompatibleSGLang) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -59,7 +59,8 @@ def register() -> None:
                           request_api.attach_stats_to_internal_state, HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", tier_signals.refresh_on_idle,
                           HookType.AFTER)
-    # every process: the tokenizer manager runs in the HTTP process, or in several with --tokenizer-worker-num
+    # the tokenizer manager runs in the HTTP (main) process; a stock launch may also serve from SGLang's tokenizer
+    # workers, which load no plugin (our launcher refuses --tokenizer-worker-num > 1 for that reason)
     HookRegistry.register(scheduler_guard.TARGET, scheduler_guard.guard, HookType.AROUND)
     if TierConfig.launched():  # a stock `sglang.launch_server` (the plugin is installed) keeps SGLang's behaviour
         HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.open_session",

@@ -23,6 +23,8 @@ def launch(*args, timeout=180):
     (["--enable-hierarchical-cache", "--tier-policy", "mypkg.policies:Custom"], "--tier-policy"),
     (["--enable-hierarchical-cache", "--hicache-size", "100000"], "--hicache-size"),
     (["--tier-peers", "127.0.0.1:1", "--hicache-storage-backend", "file"], "--hicache-storage-backend"),
+    # its HTTP workers load no plugin: every request check would be skipped (a request stopped such a server)
+    (["--tokenizer-worker-num", "2"], "--tokenizer-worker-num"),
 ])
 def test_bad_flag_fails_naming_the_flag(args, named):
     run = launch(*args)
