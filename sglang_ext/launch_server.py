@@ -182,14 +182,19 @@ def split_tier_args(argv: List[str]):
         raise LaunchError(str(e)) from None
 
 
-def refuse_unchecked_http_workers(server_args) -> None:
-    """With `--tokenizer-worker-num` above 1, SGLang serves HTTP from worker processes that import its app afresh and
-    load no plugin: no request check, no `cache_control`, and a client's copy of the internal TTL key would reach
-    the scheduler. Refused until those workers load the plugin."""
+def refuse_unchecked_entry_points(server_args) -> None:
+    """Entry points that reach the scheduler past the request checks (request_api) are refused. With
+    `--tokenizer-worker-num` above 1, SGLang serves HTTP from worker processes that import its app afresh and load
+    no plugin: no request check, no `cache_control`, and a client's copy of the internal TTL key would reach the
+    scheduler. SGLang's gRPC servers (`--grpc-port`, `--smg-grpc-mode`) skip the HTTP middleware the same way."""
     workers = getattr(server_args, "tokenizer_worker_num", 1)
     if workers != 1:
         raise LaunchError(f"--tokenizer-worker-num {workers} is not supported: SGLang starts those HTTP workers "
                           "without its plugins, so requests would skip sglang_ext's checks; use 1")
+    if getattr(server_args, "grpc_port", None) is not None or getattr(server_args, "smg_grpc_mode", False) \
+            or getattr(server_args, "grpc_mode", False):
+        raise LaunchError("--grpc-port / --smg-grpc-mode (or SGLANG_GRPC_PORT) is not supported: gRPC requests "
+                          "skip sglang_ext's request checks; serve HTTP only")
 
 
 def announce_when_ready(url: str, deadline_s: float = 600.0) -> None:
@@ -238,7 +243,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from sglang.srt.server_args import prepare_server_args
 
         server_args = prepare_server_args(argv)
-        refuse_unchecked_http_workers(server_args)
+        refuse_unchecked_entry_points(server_args)
     except (LaunchError, IncompatibleSGLang) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ def launch(*args, timeout=180):
     (["--tier-peers", "127.0.0.1:1", "--hicache-storage-backend", "file"], "--hicache-storage-backend"),
     # its HTTP workers load no plugin: every request check would be skipped (a request stopped such a server)
     (["--tokenizer-worker-num", "2"], "--tokenizer-worker-num"),
+    (["--grpc-port", "40123"], "--grpc-port"),  # gRPC skips the HTTP middleware's checks too
 ])
 def test_bad_flag_fails_naming_the_flag(args, named):
     run = launch(*args)
