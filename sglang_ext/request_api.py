@@ -241,7 +241,7 @@ class CacheControlMiddleware:
 
 def install_http_routes() -> None:
     """Add the middleware and `/tiers/stats` to SGLang's app (HTTP process only, before it starts)."""
-    from fastapi.responses import ORJSONResponse
+    from fastapi.responses import ORJSONResponse, Response
     from sglang.srt.entrypoints import http_server
 
     app = http_server.app
@@ -255,7 +255,7 @@ def install_http_routes() -> None:
     @app.exception_handler(RefusedRequest)
     async def refused(_request, exc: RefusedRequest):  # the routes that let a ValueError through as a 500
         status, body = bad_request(str(exc))
-        return ORJSONResponse(json.loads(body), status_code=status)
+        return Response(body, status_code=status, media_type="application/json")
 
     from sglang.srt.utils.auth import AuthLevel, auth_level
 

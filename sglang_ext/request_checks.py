@@ -224,13 +224,21 @@ def check_token_ids(ids: Any, field: str, vocab_size: Optional[int]) -> None:
         if isinstance(seq, list) and not seq:
             raise BadRequest(f"{field}[{i}] is empty: a prompt needs at least one token" if batch else
                              f"{field} is empty: a prompt needs at least one token")
-        if vocab_size is not None and isinstance(seq, list) and not _within(seq, vocab_size):
-            bad = next((t for t in seq if _is_int(t) and not 0 <= t < vocab_size), None)
+        if vocab_size is not None and isinstance(seq, list):
+            bad = outside_vocabulary(seq, vocab_size)
             if bad is not None:
                 raise BadRequest(f"{field} has token id {bad}, outside the vocabulary [0, {vocab_size})")
 
 
-def _within(seq: list, vocab_size: int) -> bool:
+def outside_vocabulary(seq, vocab_size: int):
+    """A number of `seq` (a list, array or set of token ids) outside [0, vocab_size), or None; other items are
+    SGLang's to refuse. A float counts too: SGLang coerces a completion prompt's 9.0e8 to the id 900000000."""
+    if not seq or _within(seq, vocab_size):
+        return None
+    return next((t for t in seq if _is_num(t) and not 0 <= t < vocab_size), None)
+
+
+def _within(seq, vocab_size: int) -> bool:
     """True if every number in `seq` lies in [0, vocab_size): two C-speed passes over a prompt's ids. False when
     unsure (a non-number, or a NaN, in the list); the caller then looks at each id."""
     try:

@@ -16,7 +16,9 @@ Threading: runs in the HTTP process's event loop, like the method it wraps; it k
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any
+
+from sglang_ext.request_checks import outside_vocabulary
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -27,28 +29,20 @@ class RefusedRequest(ValueError):
     """A request refused here: the client's to fix (a 400)."""
 
 
-def _outside(ids: Optional[Iterable[int]], vocab_size: int) -> Optional[int]:
-    """An id of `ids` that is not in [0, vocab_size), or None (min and max: one C pass each over a long prompt)."""
-    if not ids:
-        return None
-    low, high = min(ids), max(ids)
-    return low if low < 0 else high if high >= vocab_size else None
-
-
 def check_tokenized(obj: Any, vocab_size: int) -> None:
     """Raise RefusedRequest (a 400 on every route) if the tokenized request `obj` holds a value that would stop the
     scheduler; a request of another kind (an embedding) passes unchecked."""
     sp = getattr(obj, "sampling_params", None)
     if sp is None or not hasattr(obj, "top_logprobs_num"):
         return
-    bad = _outside(obj.input_ids, vocab_size)
+    bad = outside_vocabulary(obj.input_ids, vocab_size)
     if bad is not None:
         raise RefusedRequest(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
     for name in ("top_k", "min_new_tokens", "max_new_tokens"):
         value = getattr(sp, name, None)
         if value is not None and value > INT32_MAX:
             raise RefusedRequest(f"{name} must be at most {INT32_MAX}, got {value}")
-    bad = _outside(sp.stop_token_ids, vocab_size)
+    bad = outside_vocabulary(sp.stop_token_ids, vocab_size)
     if bad is not None:
         raise RefusedRequest(f"stop_token_ids: {bad} is outside the vocabulary [0, {vocab_size})")
     seed = getattr(sp, "sampling_seed", None)

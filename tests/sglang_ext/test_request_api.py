@@ -180,6 +180,7 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/generate", {"input_ids": [1, 2, 100]}), ("/generate", {"input_ids": [1, -1]}),
     ("/generate", {"input_ids": [[1], [2, 999]]}), ("/v1/completions", {"prompt": [5, 100]}),
     ("/v1/completions", {"prompt": [[5], [-3]]}),
+    ("/v1/completions", {"prompt": [9.0e8, 2.0]}),  # SGLang coerces floats to ids: this one stopped a scheduler
     # lists a min/max pass cannot judge (mixed types, a NaN) are looked at id by id
     ("/generate", {"input_ids": [1, "x", 100]}), ("/generate", {"input_ids": [float("nan"), 100]}),
     ("/generate", {"input_ids": [1, float("nan"), -1]}),
