@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tiers.clock import ManualClock
+from tiers.policies._frequency import KeyContest
 from tiers.policy import Candidate, create_policy, policy_names
 
 ALL = policy_names()
@@ -174,6 +175,31 @@ def test_tinylfu_prefers_frequent_over_one_shot():
     assert p.probability(p._new_class(1, 2)) < p.probability(p.index.nodes[hot].region)
 
 
+@pytest.mark.parametrize("asked, margin, deeper, admitted", [
+    (2, 1.0, False, False),  # a root-level victim asked for more often than the newcomer keeps its place
+    (1, 1.0, False, True),  # a tie: the class contest's verdict stands
+    (6, 0.0, False, True),  # no per-key contest
+    (6, 1.0, True, True),  # below the root level a key's count is its own turns: no contest there
+])
+def test_tinylfu_declines_a_root_level_newcomer_asked_for_less_often_than_a_victim(asked, margin, deeper, admitted):
+    """TinyLFU's per-key contest: behind the class contest (which an old victim loses here), the key counts of
+    the sketch decide between entries at the root level."""
+    p = create_policy("tinylfu", 10, clock=ManualClock(), frequency_margin=margin, gate_threshold=0.0)
+    t = Tree(p)
+    base = t.add(size=1)
+    prompt = t.add(size=8)
+    for _ in range(asked - 1):  # its insert was its first use
+        p.record(("k", prompt))
+        p.on_access(prompt)
+    p.record(("k", prompt))
+    for i in range(200):  # it grows old while other keys go by
+        p.record(("passing", i))
+    p.record("newcomer")
+    victims = p.victims(4, protected=lambda e: e == base)
+    assert victims == [prompt]
+    assert p.admit(Candidate("newcomer", 4, base if deeper else None), victims) is admitted
+
+
 def test_tinylfu_declined_class_learns_from_ghosts():
     """Guards: admission lock-out. A declined key that comes back must raise its class's reuse estimate,
     so a class is never shut out for good by its own declines."""
@@ -246,3 +272,75 @@ def test_tinylfu_split_tail_is_a_separate_class():
     assert nodes[front].region == p._reused_class(1, 0)  # reused at once: the soonest gap bucket
     assert nodes[front].depth == 1 and nodes[a].depth == 2
     assert t.evict(1) == [a]  # the unreached tail goes before its reused front
+
+
+def _serve(policy, keys, size: int = 8) -> int:
+    """A tier of root-level entries of `size` units, each key asked for in turn, as a tier drives its policy
+    (record, then a use or an admission contest against the victims). Returns the hits."""
+    cached, hits = {}, 0  # key -> entry
+    for entry, key in enumerate(keys):
+        policy.record(key)
+        if key in cached:
+            policy.on_access(cached[key])
+            hits += 1
+            continue
+        need = size * len(cached) + size - policy.capacity
+        if need > 0:
+            victims = policy.victims(need)
+            if not policy.admit(Candidate(key, size), victims):
+                continue
+            gone = set(victims)
+            for k in [k for k, e in cached.items() if e in gone]:
+                policy.on_remove(cached.pop(k))
+        cached[key] = entry
+        policy.on_insert(entry, key, size, None)
+    return hits
+
+
+def _zipf_prompts(seed: int, prompts: int = 200, requests: int = 4000, zipf: float = 0.8):
+    rng = random.Random(seed)
+    weights = [1 / (k + 1) ** zipf for k in range(prompts)]
+    return [("prompt", k) for k in rng.choices(range(prompts), weights, k=requests)]
+
+
+def _sessions(seed: int, sessions: int = 600, live: int = 6):
+    """Sessions whose first entry is their own (no shared prompt), each asked for 2-12 times, interleaved."""
+    rng = random.Random(seed)
+    keys, active = [], []
+    for s in range(sessions):
+        active.append([("session", s), rng.randint(2, 12)])
+        while len(active) >= live or (s == sessions - 1 and active):
+            turn = rng.choice(active)
+            keys.append(turn[0])
+            turn[1] -= 1
+            if not turn[1]:
+                active.remove(turn)
+    return keys
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tinylfu_keeps_zipf_popular_prompts_at_least_as_well_as_lfu(seed):
+    """Where unrelated requests share whole prompts at Zipf popularity, the class estimates pool popular and rare
+    prompts alike; the per-key contest is what keeps the popular ones (SGLang's LFU keeps them by its counts)."""
+    keys = _zipf_prompts(seed)  # 200 prompts, 20 fit
+    tinylfu = create_policy("tinylfu", 160, clock=ManualClock())
+    hits = _serve(tinylfu, keys)
+    classes_only = _serve(create_policy("tinylfu", 160, clock=ManualClock(), frequency_margin=0.0), keys)
+    assert hits >= _serve(create_policy("lfu", 160, clock=ManualClock()), keys)
+    assert hits > 1.05 * classes_only
+    assert tinylfu.contest.enforced and tinylfu.contest.right > tinylfu.contest.wrong
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tinylfu_stops_its_key_contest_where_counts_are_stale_sessions(seed, monkeypatch):
+    """Sessions whose first entry is their own: a finished session's count outranks a new session's first turn,
+    and the new session comes back first. The contest scores itself wrong and stops; always enforced, it would
+    have shut new sessions out (a fraction of the hits)."""
+    keys = _sessions(seed)  # 10 entries fit
+    tinylfu = create_policy("tinylfu", 80, clock=ManualClock())
+    hits = _serve(tinylfu, keys)
+    classes_only = _serve(create_policy("tinylfu", 80, clock=ManualClock(), frequency_margin=0.0), keys)
+    assert not tinylfu.contest.enforced and tinylfu.contest.wrong > 10 * tinylfu.contest.right
+    assert hits >= 0.99 * classes_only
+    monkeypatch.setattr(KeyContest, "enforced", property(lambda self: True))
+    assert _serve(create_policy("tinylfu", 80, clock=ManualClock()), keys) < 0.5 * classes_only

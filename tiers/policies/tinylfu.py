@@ -32,8 +32,19 @@ entries and keeps TinyLFU's admission contest around it:
   back within `gate_horizon` capacities of miss traffic less often than `gate_threshold` is declined. Its
   horizon is what a cache can hold, not the cache's current lifetime, which on multi-turn traces is far
   shorter than the time a conversation takes to return. Then the contest: the suffix comes in only if its
-  class's density at age 0 beats every victim's. A suffix declined by the contest adds nothing to the tier
-  and becomes a ghost, so its class still learns.
+  class's density at age 0 beats every victim's. Last, at the root level (a request's first entry: the prompt
+  it starts with, which unrelated requests may share), TinyLFU's own contest per key (`_frequency.KeyContest`: a
+  count-min sketch of the keys requests passed, aged by halving): a new root-level entry is declined if a
+  root-level victim's key was asked for more often than its own. Where the same prompts come back at Zipf
+  popularity (API callers, tenants) this keeps the popular ones against a stream of rarer ones, which the class
+  estimates cannot: a class pools popular and rare prompts alike. Where sessions start with prompts of their own
+  (the Mooncake synthetic trace), a finished session's count outranks a new session's first turn, and the new
+  one comes back first: the contest scores each verdict by which of the two is asked for first, and is enforced
+  only while it has been right at least twice as often as wrong. Deeper, a key belongs to one conversation or one
+  document after a prompt, and stale counts held off conversations' next turns (pinned, TTLs stripped: agent-s2
+  at 4e6 -0.047 and chat-s2 at 2e6 -0.045 with the contest at every depth, benchmarks/RESULTS.md), so there is
+  none there. A suffix declined by a contest adds nothing to the tier and becomes a ghost, so its class still
+  learns.
 
 - Orders (`steer`, driven by the tier's self-tuner, tiers/shadow.py): "learned" is all of the above;
   "recency" ranks by age alone and admits everything (SGLang's LRU, to the token). The classes, ghosts and the
@@ -58,6 +69,7 @@ from operator import itemgetter
 from typing import Callable, Hashable, Iterable, List, Optional
 
 from tiers.clock import Clock
+from tiers.policies._frequency import KeyContest
 from tiers.policies._gate import ReuseGate
 from tiers.policies._tree import TreeIndex, select_leaves
 from tiers.policy import Candidate, Policy, register_policy
@@ -90,20 +102,18 @@ class TinyLFUPolicy(Policy):
         gate_horizon: float = 5.0,
         class_capacity: int = 0,
         prior_weight: float = 1.0,
+        frequency_margin: float = 1.0,
+        frequency_period: float = 10.0,
     ):
         super().__init__(capacity, clock)
-        if max_depth < 1:
-            raise ValueError(f"max_depth must be >= 1, got {max_depth}")
-        if ghost_factor < 0:
-            raise ValueError(f"ghost_factor must be >= 0, got {ghost_factor}")
-        if horizon < 0:
-            raise ValueError(f"horizon must be >= 0, got {horizon}")
-        if window_factor <= 0:
-            raise ValueError(f"window_factor must be > 0, got {window_factor}")
-        if gap_buckets < 1:
-            raise ValueError(f"gap_buckets must be >= 1, got {gap_buckets}")
-        if decay_capacities <= 0:
-            raise ValueError(f"decay_capacities must be > 0, got {decay_capacities}")
+        for name, value, low in (("max_depth", max_depth, 1), ("ghost_factor", ghost_factor, 0),
+                                 ("horizon", horizon, 0), ("gap_buckets", gap_buckets, 1)):
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}")
+        for name, value in (("window_factor", window_factor), ("decay_capacities", decay_capacities),
+                            ("prior_weight", prior_weight)):
+            if value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
         self.index = TreeIndex()
         self.max_depth = max_depth
         self.window_factor = window_factor
@@ -128,8 +138,6 @@ class TinyLFUPolicy(Policy):
         self._placements = count()
         self.hits = [0.0] * n_classes
         self.events = [0.0] * n_classes
-        if prior_weight <= 0:
-            raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
         # a shadow cache that sees a sample of rate r of the traffic learns from r of the events: priors
         # weighted by r give it the live tier's estimates in expectation
         self.prior_hits = prior_hits * prior_weight
@@ -152,6 +160,8 @@ class TinyLFUPolicy(Policy):
         self.order = "learned"
         self.learned = True
         self._flat = [0.0] * n_classes  # the estimates recency order uses: every class's probability is 1
+        # TinyLFU's contest per key, at the root level (margin 0: none; 1: TinyLFU's rule)
+        self.contest = KeyContest(frequency_period, frequency_margin)
 
     def steer(self, order: str, gate_threshold: float) -> None:
         """Switch the order ("learned", with the gate at `gate_threshold`, or "recency"). Takes effect at the
@@ -343,6 +353,7 @@ class TinyLFUPolicy(Policy):
     def record(self, key) -> None:
         self.gate.record(key)
         self.now += 1
+        self.contest.record(key, len(self.index.nodes))
         g = self._ghosts.pop(key, None)
         if g is not None:
             if self._in_window(self.now - g[2]):
@@ -377,6 +388,7 @@ class TinyLFUPolicy(Policy):
         ph, pe = self.prior_hits, self.prior_events
         top = 0.0  # max(..., default=0.0), inlined: the first density replaces the default, as max does
         first = True
+        roots = []  # the root-level victims' keys
         for v in victims:
             n = nodes[v]
             c = n.region
@@ -384,8 +396,11 @@ class TinyLFUPolicy(Policy):
             if first or d > top:
                 top = d
                 first = False
+            if n.depth == 1:
+                roots.append(n.key)
         if (hits[cls] + ph) / (events[cls] + pe) / h * self.admit_margin >= top:
-            return True
+            if parent is not None or not self.contest.declines(candidate.key, roots):
+                return True
         self._open(cls, candidate.size)
         self._ghost(candidate.key, cls, candidate.size, now)
         return False
