@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tiers.policies._frequency import MAX_COUNT, MIN_ENTRIES, WIDTH_PER_ENTRY, FrequencySketch, KeyContest
+from tiers.policies._frequency import MAX_COUNT, MAX_WIDTH, MIN_ENTRIES, WIDTH_PER_ENTRY, FrequencySketch, KeyContest
 
 
 @settings(max_examples=60, deadline=None)
@@ -69,6 +69,17 @@ def test_memory_follows_the_entries_tracked_not_the_keys_clients_send():
     for i in range(100_000):  # a flood of distinct keys into a cache that tracks 100 entries
         s.add(("flood", i), 100)
     assert s.width <= WIDTH_PER_ENTRY * 128
+
+
+def test_a_tree_split_into_ever_more_entries_cannot_widen_the_sketch_past_its_cap():
+    s = FrequencySketch(period=1e9)
+    s.add("jump", 1 << 24)  # entries a client could inflate, up to a pool's tokens, at once
+    for i in range(25, 40):
+        s.add(("split", i), 1 << i)  # and on from there
+    assert s.width == MAX_WIDTH
+    for _ in range(3):
+        s.add("prompt", 1 << 40)
+    assert s.estimate("prompt") >= 3
 
 
 def test_a_period_must_be_positive():

@@ -12,10 +12,11 @@ with), and its estimate is that lowest value, so it can be too high, never too l
 
 Size. `WIDTH_PER_ENTRY` counters per entry tracked and row (a power of two in all; at 4 per entry, starting over
 when widened, three tenants rows read up to 0.009 below exact counts; at 16 within 0.0006: benchmarks/RESULTS.md).
-The width doubles as the entries do, by repeating each row, which keeps every estimate: a key's slot in the wider
-row is its old slot plus a multiple of the old width. It never shrinks. Everything is counted in entries and uses,
-so nothing depends on how many tokens an entry holds, and memory is `ROWS` x the width in bytes whatever keys
-clients send.
+The width doubles as the entries do, by repeating each row, which keeps every estimate: a key's slot in the
+wider row is its old slot plus a multiple of the old width. It never shrinks, and stops at `MAX_WIDTH`: a client
+that splits the tree into many small entries cannot make it allocate more. Everything is counted in entries and
+uses, so nothing depends on how many tokens an entry holds, and memory is `ROWS` x the width in bytes whatever
+keys clients send.
 
 The contest (`KeyContest`) keeps its own score; its docstring says how.
 
@@ -31,6 +32,7 @@ ROWS = 4
 MAX_COUNT = 15
 WIDTH_PER_ENTRY = 16
 MIN_ENTRIES = 64
+MAX_WIDTH = 1 << 22  # counters a row at most (16 MiB in all): 262,144 entries at full width
 _MIX = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: spreads nearby keys over all 64 bits, 16 bits a row
 _MIX2 = 0xC2B2AE3D27D4EB4F  # another odd 64-bit constant (xxHash's second prime): a second hash from the first
 _MASK64 = (1 << 64) - 1
@@ -46,7 +48,6 @@ class FrequencySketch:
         self._rows = [bytearray(self.width) for _ in range(ROWS)]
         self._fits = MIN_ENTRIES  # the entries the width is for
         self._uses = 0  # since the last reset
-        self.resets = 0
 
     def _slots(self, key: Hashable):
         h = (hash(key) * _MIX) & _MASK64
@@ -56,9 +57,9 @@ class FrequencySketch:
         g = (h * _MIX2) & _MASK64  # wider rows (over 4,096 entries): 32 bits of two hashes a row
         return h & m, (h >> 32) & m, g & m, (g >> 32) & m
 
-    def add(self, key: Hashable, entries: int) -> None:
+    def add(self, key: Hashable, entries: int) -> bool:
         """Count one use of `key`; `entries` is how many the cache tracks now, which sizes the sketch and its
-        aging."""
+        aging. True if this use halved every count."""
         if entries > self._fits:
             self._grow(entries)
         a, b, c, d = self._slots(key)
@@ -76,8 +77,9 @@ class FrequencySketch:
         self._uses += 1
         if self._uses >= self.period * (entries if entries > MIN_ENTRIES else MIN_ENTRIES):
             self._uses = 0
-            self.resets += 1
             self._rows = [row.translate(_HALVE) for row in self._rows]
+            return True
+        return False
 
     def estimate(self, key: Hashable) -> int:
         a, b, c, d = self._slots(key)
@@ -86,11 +88,12 @@ class FrequencySketch:
 
     def _grow(self, entries: int) -> None:
         k = 1
-        while self.width * k < WIDTH_PER_ENTRY * entries:
+        while self.width * k < min(WIDTH_PER_ENTRY * entries, MAX_WIDTH):
             k *= 2
         self._rows = [row * k for row in self._rows]
         self.width *= k
-        self._fits = self.width // WIDTH_PER_ENTRY
+        # at the cap the rows stop widening: estimates stay upper bounds, looser as collisions grow
+        self._fits = self.width // WIDTH_PER_ENTRY if self.width < MAX_WIDTH else float("inf")
 
 
 class KeyContest:
@@ -119,7 +122,6 @@ class KeyContest:
         self._limit = open_bets
         self._held_off: "OrderedDict[Hashable, Hashable]" = OrderedDict()  # newcomer key -> defended key
         self._defended: Dict[Hashable, Hashable] = {}  # defended key -> newcomer key
-        self._resets = 0
 
     @property
     def enforced(self) -> bool:
@@ -127,10 +129,7 @@ class KeyContest:
 
     def record(self, key: Hashable, entries: int) -> None:
         """A request passed `key`; `entries`: how many the cache tracks now."""
-        sketch = self.sketch
-        sketch.add(key, entries)
-        if sketch.resets != self._resets:
-            self._resets = sketch.resets
+        if self.sketch.add(key, entries):
             self.right *= 0.5
             self.wrong *= 0.5
         if key in self._held_off:
