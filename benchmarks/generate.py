@@ -20,7 +20,7 @@ def add_generate_parser(sub) -> None:
     g.add_argument("kind", choices=KINDS)
     g.add_argument("--seed", type=int, required=True)
     g.add_argument("--out", required=True, help="output JSONL path ('-' for stdout)")
-    g.add_argument("--sessions", type=_positive_int, default=200, help="chat/agent sessions")
+    g.add_argument("--sessions", type=_positive_int, default=200, help="chat, agent and coding-agent sessions")
     g.add_argument("--requests", type=_positive_int, default=2000, help="rag/tenants requests")
     g.add_argument("--tenants", type=_positive_int, default=None,
                    help="tenants (default: 100 for 'tenants', 12 for 'tenant-chat', else 1)")
@@ -32,7 +32,8 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--time-scale", type=_non_negative_float, default=1.0, help="Azure arrivals: gap multiplier")
     g.add_argument("--lengths", choices=("lognormal",) + tuple(AZURE_FILES), default="lognormal",
                    help="where user-message and output lengths come from")
-    g.add_argument("--think-s", type=_non_negative_float, default=60.0, help="mean think time between turns (s)")
+    g.add_argument("--think-s", type=_non_negative_float, default=60.0,
+                   help="mean think time between turns (s); agents pause a tenth of it between steps")
     g.add_argument("--ttl", type=_non_negative_float, default=300.0, help="cache_control TTL put on rows (s)")
     g.add_argument("--no-ttl", action="store_true", help="write ttl_s: null")
     g.add_argument("--docs", type=_positive_int, default=500)

@@ -15,6 +15,11 @@ Kinds
   each): a fleet's load balance and its cache affinity pull against each other, since routing every session of
   the biggest tenant to the replica holding its system prompt overloads that replica. The builder is chat's; the
   kind is its defaults (`KIND_DEFAULTS`).
+- coding-agent: agent's tool loops, where some steps delegate to sub-agents, as coding agents do (Claude Code's
+  Agent tool): one to three sub-agents start at once, each with a fresh context (its type's fixed system prompt
+  and tools, then a brief written for it), run their own short tool loops, and report back; the parent resumes
+  with their reports as one tool result once the last one is done. The parent's transcript is idle meanwhile
+  and comes back after a longer, predictable pause: what matters is *when* a chain returns.
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 from benchmarks.arrivals import LengthSampler, arrival_times
 
 Piece = Tuple[Hashable, int]
-KINDS = ("chat", "agent", "rag", "tenants", "tenant-chat")
+KINDS = ("chat", "agent", "rag", "tenants", "tenant-chat", "coding-agent")
 # what a kind sets unless the command line does: tenants, and system prompts per tenant
 KIND_DEFAULTS = {"chat": {"tenants": 1}, "agent": {"tenants": 1}, "rag": {"tenants": 1},
-                 "tenants": {"tenants": 100}, "tenant-chat": {"tenants": 12, "system_prompts": 1}}
+                 "tenants": {"tenants": 100}, "tenant-chat": {"tenants": 12, "system_prompts": 1},
+                 "coding-agent": {"tenants": 1}}
+SUBAGENT_TYPES = 3  # fixed sub-agent system prompts per tenant (Claude Code ships Explore, Plan, general-purpose)
+DELEGATION_P = 0.1  # chance that a coding agent's step hands work to sub-agents
 
 
 class BlockIds:
@@ -101,11 +109,17 @@ class _Gen:
         return f"t{self.rng.choices(range(self.cfg.tenants), weights=self._tenant_w)[0]}"
 
     def system_piece(self, tenant: str) -> Piece:
-        k = self.rng.randrange(self.cfg.system_prompts)
-        key = ("sys", tenant, k)
+        return self.fixed_piece(("sys", tenant, self.rng.randrange(self.cfg.system_prompts)), 500, 4000)
+
+    def fixed_piece(self, key: Hashable, low: int, high: int) -> Piece:
+        """A prompt that is the same every time it is sent: its length is drawn once."""
         if key not in self._sys_len:
-            self._sys_len[key] = self.rng.randint(500, 4000)
+            self._sys_len[key] = self.rng.randint(low, high)
         return key, self._sys_len[key]
+
+    def step_gap(self) -> float:
+        """An agent's pause between two steps: a tool runs (seconds; a tenth of the think time on average)."""
+        return 0.5 + self.rng.expovariate(10 / self.cfg.think_s)
 
     def emit(self, t_s: float, tenant: str, pieces: Sequence[Piece], out_tokens: int, session=None, ttl=None):
         n_in = sum(n for _, n in pieces)
@@ -141,7 +155,8 @@ def _chat(g: _Gen) -> None:
             t += g.rng.expovariate(1 / g.cfg.think_s)
 
 
-def _agent(g: _Gen) -> None:
+def _agent(g: _Gen, delegation_p: float = 0.0) -> None:
+    """Tool loops; with `delegation_p`, the chance that a step hands its work to sub-agents (coding-agent)."""
     for s, start in enumerate(g.starts(g.cfg.sessions)):
         tenant, sid = g.tenant(), f"agent-{s}"
         pieces = [g.system_piece(tenant), (("tools", tenant), 3000), (("task", sid), g.lengths.user_tokens(1500))]
@@ -150,8 +165,28 @@ def _agent(g: _Gen) -> None:
             out = g.rng.randint(30, 400)
             g.emit(t, tenant, pieces, out, session=sid, ttl=g.cfg.ttl_s)
             pieces.append((("call", sid, step), out))
-            pieces.append((("result", sid, step), g.rng.randint(100, 4000)))
-            t += 0.5 + g.rng.expovariate(10 / g.cfg.think_s)
+            if delegation_p and g.rng.random() < delegation_p:  # sub-agents start together, the parent waits
+                begin = t + g.step_gap()
+                runs = [_subagent(g, tenant, f"{sid}/{step}.{j}", begin) for j in range(g.rng.randint(1, 3))]
+                pieces.append((("reports", sid, step), sum(report for _, report in runs)))
+                t = max(end for end, _ in runs)
+            else:
+                pieces.append((("result", sid, step), g.rng.randint(100, 4000)))
+            t += g.step_gap()
+
+
+def _subagent(g: _Gen, tenant: str, sid: str, t: float) -> Tuple[float, int]:
+    """One sub-agent's tool loop from `t`: (when it reports, its report's tokens)."""
+    kind = g.rng.randrange(SUBAGENT_TYPES)
+    pieces = [g.fixed_piece(("subagent", tenant, kind), 800, 3000), (("subtools", tenant, kind), 2000),
+              (("brief", sid), g.rng.randint(100, 1500))]
+    for step in range(g.rng.randint(3, 12)):
+        out = g.rng.randint(30, 300)
+        g.emit(t, tenant, pieces, out, session=sid, ttl=g.cfg.ttl_s)
+        pieces.append((("call", sid, step), out))
+        pieces.append((("result", sid, step), g.rng.randint(100, 3000)))
+        t += g.step_gap()
+    return t, g.rng.randint(200, 2000)
 
 
 def _rag(g: _Gen) -> None:
@@ -179,7 +214,8 @@ def _tenants(g: _Gen) -> None:
         g.emit(t, tenant, pieces, g.lengths.output_tokens(), session=None, ttl=g.cfg.ttl_s)
 
 
-_BUILDERS = {"chat": _chat, "agent": _agent, "rag": _rag, "tenants": _tenants, "tenant-chat": _chat}
+_BUILDERS = {"chat": _chat, "agent": _agent, "rag": _rag, "tenants": _tenants, "tenant-chat": _chat,
+             "coding-agent": lambda g: _agent(g, DELEGATION_P)}
 
 
 def generate_rows(kind: str, cfg: GenConfig) -> List[dict]:

@@ -101,3 +101,32 @@ def test_tenant_chat_tenants_differ_in_size_and_a_tenants_sessions_share_its_one
         # one system prompt: every session starts with its first block, unless it is shorter than a block
         assert len(blocks) in (1, len(sessions[tenant])), (tenant, len(blocks), len(sessions[tenant]))
     assert sum(len(b) == 1 for b in first_blocks.values()) >= 6
+
+
+def test_coding_agents_delegate_to_sub_agents_with_fresh_contexts_and_resume_after_the_last_report(tmp_path):
+    rows = [json.loads(x) for x in generate(tmp_path, "coding-agent", 3, "--sessions", "40").splitlines()]
+    by_session = {}
+    for r in rows:
+        by_session.setdefault(r["session"], []).append(r)
+    parents = {s: turns for s, turns in by_session.items() if "/" not in s}
+    subs = {s: turns for s, turns in by_session.items() if "/" in s}
+    assert subs and len(parents) == 40
+    for turns in by_session.values():  # every agent, parent or sub-agent, resends its growing transcript
+        for prev, cur in zip(turns, turns[1:]):
+            full = prev["input_length"] // 512
+            assert cur["hash_ids"][:full] == prev["hash_ids"][:full]
+    parent_firsts = {turns[0]["hash_ids"][0] for turns in parents.values()}
+    sub_firsts = {turns[0]["hash_ids"][0] for turns in subs.values()}
+    assert not parent_firsts & sub_firsts  # a sub-agent starts from its own type's prompt, not the parent's
+    assert len(sub_firsts) <= 3 < len(subs)  # three types, each one fixed prompt shared by its sub-agents
+    resumed = 0
+    for sid, turns in subs.items():
+        parent, step = sid.split("/")[0], int(sid.split("/")[1].split(".")[0])
+        delegated = parents[parent][step]
+        later = parents[parent][step + 1:]
+        assert all(r["timestamp"] >= delegated["timestamp"] for r in turns)
+        if later:  # the parent resumes only once every sub-agent of that step has reported
+            siblings = [r for s, t in subs.items() if s.startswith(f"{parent}/{step}.") for r in t]
+            assert later[0]["timestamp"] >= max(r["timestamp"] for r in siblings)
+            resumed += 1
+    assert resumed
