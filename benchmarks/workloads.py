@@ -165,7 +165,8 @@ def _agent(g: _Gen, delegation_p: float = 0.0) -> None:
             out = g.rng.randint(30, 400)
             g.emit(t, tenant, pieces, out, session=sid, ttl=g.cfg.ttl_s)
             pieces.append((("call", sid, step), out))
-            if delegation_p and g.rng.random() < delegation_p:  # sub-agents start together, the parent waits
+            # sub-agents start together and the parent waits; no draw at 0, so agent traces keep their bytes
+            if delegation_p and g.rng.random() < delegation_p:
                 begin = t + g.step_gap()
                 runs = [_subagent(g, tenant, f"{sid}/{step}.{j}", begin) for j in range(g.rng.randint(1, 3))]
                 pieces.append((("reports", sid, step), sum(report for _, report in runs)))
