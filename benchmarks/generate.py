@@ -9,9 +9,10 @@ import sys
 
 from benchmarks.arrivals import ARRIVAL_KINDS, AZURE_FILES
 from benchmarks.cli_types import non_negative_float as _non_negative_float
-from benchmarks.cli_types import positive_float as _positive_float
+from benchmarks.cli_types import float_in as _float_in
 from benchmarks.cli_types import positive_int as _positive_int
 from benchmarks.workloads import KIND_DEFAULTS, KINDS, GenConfig, generate_rows
+from tiers.retention import MAX_TTL_S
 
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids", "session", "ttl_s", "tenant")
 
@@ -29,13 +30,15 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--system-prompts", type=_positive_int, default=None,
                    help="system prompts per tenant (default: 1 for 'tenant-chat', else 4)")
     g.add_argument("--arrivals", choices=ARRIVAL_KINDS, default="poisson")
-    g.add_argument("--rate", type=_positive_float, default=0.5, help="poisson: new sessions/requests per second")
+    g.add_argument("--rate", type=_float_in(0, 1e4, "per second"), default=0.5,
+                   help="poisson: new sessions/requests per second")
     g.add_argument("--time-scale", type=_non_negative_float, default=1.0, help="Azure arrivals: gap multiplier")
     g.add_argument("--lengths", choices=("lognormal",) + tuple(AZURE_FILES), default="lognormal",
                    help="where user-message and output lengths come from")
-    g.add_argument("--think-s", type=_positive_float, default=60.0,
+    g.add_argument("--think-s", type=_float_in(0, MAX_TTL_S, "seconds"), default=60.0,
                    help="mean think time between turns (s); agents pause a tenth of it between steps")
-    g.add_argument("--ttl", type=_positive_float, default=300.0, help="cache_control TTL put on rows (s)")
+    g.add_argument("--ttl", type=_float_in(0, MAX_TTL_S, "seconds"), default=300.0,
+                   help="cache_control TTL put on rows (s)")
     g.add_argument("--no-ttl", action="store_true", help="write ttl_s: null")
     g.add_argument("--docs", type=_positive_int, default=500)
     g.add_argument("--docs-per-request", type=_positive_int, default=3)

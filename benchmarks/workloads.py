@@ -103,7 +103,7 @@ class _Gen:
         self.ids = BlockIds(cfg.block_tokens)
         self.rows: List[Tuple[float, int, dict]] = []
         self._tenant_w = _zipf_weights(cfg.tenants, cfg.zipf)
-        self._sys_len = {}
+        self._fixed_len = {}
 
     def tenant(self) -> str:
         return f"t{self.rng.choices(range(self.cfg.tenants), weights=self._tenant_w)[0]}"
@@ -113,9 +113,9 @@ class _Gen:
 
     def fixed_piece(self, key: Hashable, low: int, high: int) -> Piece:
         """A prompt that is the same every time it is sent: its length is drawn once."""
-        if key not in self._sys_len:
-            self._sys_len[key] = self.rng.randint(low, high)
-        return key, self._sys_len[key]
+        if key not in self._fixed_len:
+            self._fixed_len[key] = self.rng.randint(low, high)
+        return key, self._fixed_len[key]
 
     def step_gap(self) -> float:
         """An agent's pause between two steps: a tool runs (seconds; a tenth of the think time on average)."""

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["generate", "coding-agent", "--seed", "1", "--out", "/tmp/x", "--think-s", "0"], "--think-s"),
         (["generate", "chat", "--seed", "1", "--out", "/tmp/x", "--rate", "nan"], "--rate"),
         (["generate", "tenants", "--seed", "1", "--out", "/tmp/x", "--ttl", "0"], "--ttl"),
+        (["generate", "tenants", "--seed", "1", "--out", "/tmp/x", "--ttl", "1e9"], "--ttl"),
         (["generate", "rag", "--seed", "1", "--out", "/tmp/x", "--zipf", "inf"], "--zipf"),
         (["replay", "--trace", "conversation", "--capacity-tokens", "1e6", "--policy", "lru", "--shadow-rate", "1.5"],
          "--shadow-rate"),
