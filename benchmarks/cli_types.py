@@ -39,6 +39,13 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def seed(text: str) -> int:
+    value = _integer(text)
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be a whole number in [0, 2**32): {text!r}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     try:
         value = float(text)

@@ -53,6 +53,8 @@ class ReplayConfig:
     # the server's --tier-shadow-rate (tiers.shadow: self-tuning from shadow caches; 0: off); the device-only
     # tree of the project's policies runs it, as the server does
     shadow_rate: float = TuningConfig.sample_rate
+    # which chains its sample takes (tiers.shadow.TuningConfig.sample_seed; the server's is 0)
+    shadow_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
         else:
             engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config,
                                  cfg.radix_tokens_per_block, cfg.output_tokens, cfg.prefill_chunk_tokens,
-                                 tuning_at(cfg.shadow_rate), cfg.block_first_tokens)
+                                 tuning_at(cfg.shadow_rate, cfg.shadow_seed), cfg.block_first_tokens)
         served = _serve(engine, lower if specs else None, reqs, cfg, clock, bt)
     return _result(trace, cfg, engine, lower, served, host_engine)
 
@@ -194,6 +196,7 @@ def _config(cfg: ReplayConfig, host_tier: Optional[str]) -> Dict[str, object]:
         "output_tokens": cfg.output_tokens,
         "prefill_chunk_tokens": cfg.prefill_chunk_tokens,
         "shadow_rate": cfg.shadow_rate,
+        "shadow_seed": cfg.shadow_seed,
         "host_tier": host_tier,
     }
 

@@ -7,6 +7,7 @@ policy is read against, and cost seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -21,25 +22,14 @@ _TRACE_CACHE: Dict[Tuple[str, int, object], object] = {}
 
 def _run_job(job: Tuple[str, int, dict]) -> dict:
     """One replay (runs in a worker process; the parsed trace is cached per process)."""
-    from benchmarks.cost import load_profile
-    from benchmarks.replay import ReplayConfig, replay
+    from benchmarks.replay import replay
     from benchmarks.trace import load_trace
 
     policy, capacity, opts = job
     key = (opts["trace"], opts["block_tokens"], opts["limit"])
     if key not in _TRACE_CACHE:
         _TRACE_CACHE[key] = load_trace(opts["trace"], opts["block_tokens"], limit=opts["limit"])
-    cfg = ReplayConfig(
-        policy=policy,
-        capacity_tokens=capacity,
-        host_tokens=opts["host_tokens"],
-        peer_tokens=opts["peer_tokens"],
-        lower_policy=opts["lower_policy"],
-        session_ttl_s=opts["session_ttl"],
-        profile=load_profile(opts["profile"]) if opts["profile"] else None,
-        policy_config=opts["policy_config"],
-        radix_tokens_per_block=opts.get("radix_tokens_per_block", 1),
-    )
+    cfg = dataclasses.replace(opts["config"], policy=policy, capacity_tokens=capacity)
     return replay(_TRACE_CACHE[key], cfg).to_dict()
 
 
@@ -137,21 +127,13 @@ def run_sweep_cli(args, parser) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         parser.error("argument --policies: give at least one policy")
-    opts = {
-        "trace": args.trace,
-        "block_tokens": args.block_tokens,
-        "limit": args.limit,
-        "host_tokens": args.host_tokens,
-        "peer_tokens": args.peer_tokens,
-        "lower_policy": args.lower_policy,
-        "session_ttl": args.session_ttl,
-        "profile": args.profile,
-        "policy_config": args.policy_config,
-        "radix_tokens_per_block": args.radix_tokens_per_block,
-    }
-    from benchmarks.__main__ import check_common_args
+    from benchmarks.__main__ import check_common_args, replay_config_from_args
 
     check_common_args(args, parser, policies, capacities)  # fail fast, before starting workers
+    # every replay flag reaches each run as it reaches `replay`: one config, its policy and capacity set per run
+    # (no bar of its own: the sweep has one)
+    config = dataclasses.replace(replay_config_from_args(args, policies[0], capacities[0]), progress=False)
+    opts = {"trace": args.trace, "block_tokens": args.block_tokens, "limit": args.limit, "config": config}
     results = run_sweep(policies, capacities, opts, workers=args.workers)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:

@@ -11,7 +11,9 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   request goes to the shadows when the hash of its chain's key falls under `sample_rate`. A prefix chain is
   identified by its first key that is not a *shared head*: a key that `head_requests` recent requests passed
   through (a system prompt, a tool preamble) belongs to many chains, so sampling by it would take all of them or
-  none. A conversation's later turns pass the same keys, so a chain is sampled whole or not at all.
+  none. A conversation's later turns pass the same keys, so a chain is sampled whole or not at all. The hash is
+  salted by `sample_seed` (the server's is 0): the replay's `--shadow-seed` draws other samples at the same rate,
+  and the spread of a hit rate over seeds is how much of it is the tuner's path, not its rules.
 - **Shadows**: one miniature cache per candidate setting, rate x the live capacity, built by the tier with the
   classes it runs itself (`make_shadow`), so a shadow is the live cache in small. A miniature is only faithful
   while it holds many requests (SHARDS scales the capacity, not the items): the rate is `sample_rate` or more,
@@ -73,6 +75,7 @@ from typing import Callable, Dict, Hashable, Optional, Protocol, Sequence, Tuple
 _HASH_BITS = 32
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: spreads Python's int and tuple hashes over the bits
+_SPREAD = 0xBF58476D1CE4E5B9  # splitmix64's multiplier: a seed's salt flips bits across the whole word
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ class TuningConfig:
     learned_on_tie: bool = True  # before the first switch, recency's tie with a learned setting goes to the learned
     head_requests: int = 32  # requests through a key that make it a shared head
     head_memory: int = 4096  # keys whose request counts are kept
+    sample_seed: int = 0  # which chains the sample takes (each seed another sample at the same rate)
 
     def __post_init__(self):
         if not 0 < self.sample_rate <= self.max_rate <= 1:
@@ -127,16 +131,19 @@ class TuningConfig:
             raise ValueError(f"fidelity_factor must be >= 1, got {self.fidelity_factor}")
         if self.head_requests < 2 or self.head_memory < 1:
             raise ValueError("head_requests must be >= 2 and head_memory >= 1")
+        if not 0 <= self.sample_seed <= _MASK64:
+            raise ValueError(f"sample_seed must be in [0, 2**64), got {self.sample_seed}")
         if self.min_shadow_requests < 0 or self.warmup_requests < 1:
             raise ValueError("min_shadow_requests must be >= 0 and warmup_requests >= 1")
 
 
-def tuning_at(sample_rate: float) -> Optional[TuningConfig]:
+def tuning_at(sample_rate: float, sample_seed: int = 0) -> Optional[TuningConfig]:
     """The default tuning with `sample_rate` as its least rate (None for 0: no self-tuning): the one rule the
     server's `--tier-shadow-rate` and the replay's `--shadow-rate` share."""
     if not sample_rate:
         return None
-    return TuningConfig(sample_rate=sample_rate, max_rate=max(sample_rate, TuningConfig.max_rate))
+    return TuningConfig(sample_rate=sample_rate, max_rate=max(sample_rate, TuningConfig.max_rate),
+                        sample_seed=sample_seed)
 
 
 @dataclass(frozen=True)
@@ -157,8 +164,9 @@ class Shadow(Protocol):
 class ChainSampler:
     """Whether a request's prefix chain is in the sample, by the hash of the chain's own first key."""
 
-    def __init__(self, sample_rate: float, head_requests: int = 32, head_memory: int = 4096):
+    def __init__(self, sample_rate: float, head_requests: int = 32, head_memory: int = 4096, seed: int = 0):
         self.rate = sample_rate
+        self._salt = (seed * _SPREAD) & _MASK64  # 0 for seed 0: the sample the tier has always taken
         self._bar = int(sample_rate * (1 << _HASH_BITS))
         self._head_requests = head_requests
         self._head_memory = head_memory
@@ -182,7 +190,7 @@ class ChainSampler:
         key = self.chain_key(keys)
         if key is None:
             return False
-        mixed = ((hash(key) & _MASK64) * _GOLDEN) & _MASK64
+        mixed = (((hash(key) & _MASK64) ^ self._salt) * _GOLDEN) & _MASK64
         return (mixed >> (64 - _HASH_BITS)) < self._bar
 
 
@@ -302,7 +310,7 @@ class ShadowTuner:
         mean = self._warmup_units / self._requests
         rate = min(cfg.max_rate, max(cfg.sample_rate, cfg.min_shadow_requests * mean / self.capacity))
         self.shadow_capacity = max(1, int(self.capacity * rate))
-        self.sampler = ChainSampler(rate, cfg.head_requests, cfg.head_memory)
+        self.sampler = ChainSampler(rate, cfg.head_requests, cfg.head_memory, cfg.sample_seed)
         # a setting that ignores TTLs is its TTL twin on traffic without them: a shadow only where it can differ
         self._candidates(tuple(s for s in cfg.settings if s.honours_ttls or self._ttls_seen))
         self._shadows = [(s, self._make_shadow(s, self.shadow_capacity)) for s in self._settings]

@@ -42,6 +42,10 @@ ROOT = Path(__file__).resolve().parents[2]
          "--shadow-rate"),
         (["replay", "--trace", "conversation", "--capacity-tokens", "1e6", "--policy", "lru", "--shadow-rate", "nan"],
          "--shadow-rate"),
+        (["replay", "--trace", "conversation", "--capacity-tokens", "1e6", "--policy", "lru", "--shadow-seed", "-1"],
+         "--shadow-seed"),
+        (["replay", "--trace", "conversation", "--capacity-tokens", "1e6", "--policy", "lru", "--shadow-seed",
+          str(2**32)], "--shadow-seed"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(capsys, argv, flag):

@@ -39,3 +39,13 @@ def test_sweep_without_capacities_doubles_up_to_the_trace_footprint(tmp_path):
                  "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     assert sorted({r["capacity_tokens"] for r in results}) == caps
+
+
+def test_every_replay_flag_reaches_the_sweeps_runs(tmp_path):
+    """The sweep takes replay's flags; each run must use them as `replay` would, not silently drop them."""
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--trace", "conversation", "--limit", "100", "--capacities", "5e4", "--policies",
+                 "tinylfu", "--workers", "1", "--shadow-rate", "0.5", "--shadow-seed", "5", "--output-tokens", "1",
+                 "--out", str(out)]) == 0
+    (run,) = [r for r in json.loads((out / "results.json").read_text()) if r["policy"] == "tinylfu"]
+    assert (run["config"]["shadow_rate"], run["config"]["shadow_seed"], run["config"]["output_tokens"]) == (0.5, 5, 1)

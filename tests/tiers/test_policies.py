@@ -21,6 +21,15 @@ def test_unknown_policy_is_a_clear_error():
         create_policy("nope", 10)
 
 
+@pytest.mark.parametrize("kw", [{"prior_events": 0}, {"prior_events": 0, "prior_hits": 0}, {"prior_hits": -1},
+                                {"prior_hits": 3, "prior_events": 2}, {"max_depth": 0}, {"decay_capacities": 0}])
+def test_tinylfu_refuses_parameters_that_break_its_estimates(kw):
+    """A zero prior with no events would divide by zero at the first decision (a `--tier-policy-config` reaches
+    these): refused when the policy is built."""
+    with pytest.raises(ValueError):
+        create_policy("tinylfu", 10, **kw)
+
+
 class Tree:
     """A tiny tier: entries with parents, removed exactly as the policy says (checking leafness)."""
 
@@ -272,6 +281,27 @@ def test_tinylfu_split_tail_is_a_separate_class():
     assert nodes[front].region == p._reused_class(1, 0)  # reused at once: the soonest gap bucket
     assert nodes[front].depth == 1 and nodes[a].depth == 2
     assert t.evict(1) == [a]  # the unreached tail goes before its reused front
+
+
+def test_a_split_right_after_an_aging_leaves_no_class_with_a_negative_count():
+    """Guards a scheduler crash: a split withdraws the event its front part opened, and when the insert of that
+    front ended an aging period the count it withdraws from was already halved. Unclamped, the count went
+    negative and, in a shadow (priors weighted by its rate), a density's denominator reached exactly 0
+    (ZeroDivisionError in `admit`, inside the live tree's insert)."""
+    p = create_policy("tinylfu", 100, clock=ManualClock(), decay_capacities=1e-9, prior_weight=0.25)
+    t = Tree(p)
+    a = t.add(size=4)
+    for i in range(12):  # split the same leaf again and again: each front's insert also ends an aging period
+        front = t.next
+        t.next += 1
+        t.parent[front], t.children[front], t.size[front] = t.parent[a], {a}, 1
+        if t.parent[a] is not None:
+            t.children[t.parent[a]] = {front}
+        t.parent[a] = front
+        p.on_insert(front, ("front", i), 1, t.parent[front])
+        p.on_resize(a, 3, front, ("back", i))
+        assert min(p.events) >= 0
+    p.admit(Candidate(("new", 0), 1, a), [a])  # every class's density is finite: no raise
 
 
 def _serve(policy, keys, size: int = 8) -> int:

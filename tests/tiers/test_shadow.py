@@ -68,6 +68,35 @@ def test_without_skipping_heads_a_shared_first_key_would_take_all_chains_or_none
     assert ChainSampler(0.25).chain_key([]) is None and not ChainSampler(1.0).sampled([])
 
 
+@pytest.mark.parametrize("seeds", [(0, 1), (1, 2), (7, 2**32 - 1)])
+def test_each_seed_samples_its_own_chains_at_the_same_rate(seeds):
+    """Two seeds draw independent samples: each takes about the rate, and they share about rate^2 of the chains
+    (a salt that did not reach the sample would share all of them)."""
+    n, rate = 20_000, 0.25
+    a, b = (ChainSampler(rate, seed=s) for s in seeds)
+    in_a = {i for i in range(n) if a.sampled([("chain", i)])}
+    in_b = {i for i in range(n) if b.sampled([("chain", i)])}
+    for taken in (in_a, in_b):
+        assert abs(len(taken) - rate * n) < 5 * (n * rate * (1 - rate)) ** 0.5
+    both = rate * rate * n  # independent draws
+    assert abs(len(in_a & in_b) - both) < 5 * (both * (1 - rate * rate)) ** 0.5
+    again = ChainSampler(rate, seed=seeds[1])  # the same seed, the same sample
+    assert {i for i in range(n) if again.sampled([("chain", i)])} == in_b
+
+
+def test_the_tuners_sample_follows_its_seed():
+    def sampled_chains(seed):
+        t = ShadowTuner(TuningConfig(settings=(LRU, GATED), sample_rate=0.25, max_rate=0.25, warmup_requests=1,
+                                     sample_seed=seed), 1000, lambda setting, cap: FixedShadow(0.5))
+        taken = []
+        for i in range(400):
+            t.offer([("chain", i)], 10, 10, 5.0)
+            taken.append(t.stats().sampled_requests)
+        return taken
+
+    assert sampled_chains(3) == sampled_chains(3) != sampled_chains(4)
+
+
 def test_head_counts_are_bounded():
     sampler = ChainSampler(0.5, head_memory=50)
     for i in range(1000):
@@ -243,6 +272,7 @@ def test_a_lead_within_the_sampling_noise_switches_far_less_and_a_clear_one_stil
     dict(settings=(LRU, LRU)), dict(window_capacities=0.0), dict(decide_capacities=0.0), dict(margin=-0.1),
     dict(head_requests=1), dict(tie_capacities=-1.0),
     dict(warmup_requests=0), dict(min_z=-1.0), dict(fidelity_factor=0.5), dict(fidelity_factor=float("nan")),
+    dict(sample_seed=-1), dict(sample_seed=2**64),
 ])
 def test_bad_tuning_configs_are_refused(bad):
     with pytest.raises(ValueError):
@@ -253,6 +283,7 @@ def test_tuning_at_zero_is_off_and_a_high_rate_lifts_the_cap():
     assert tuning_at(0) is None
     assert tuning_at(1 / 16) == TuningConfig()
     assert tuning_at(0.5).max_rate == 0.5
+    assert tuning_at(1 / 16, 9).sample_seed == 9
 
 
 def test_a_shadow_policy_classes_sizes_against_the_live_capacity_and_weighs_its_priors_by_the_rate():

@@ -110,8 +110,10 @@ class TinyLFUPolicy(Policy):
                                  ("horizon", horizon, 0), ("gap_buckets", gap_buckets, 1)):
             if value < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
+        if not 0 <= prior_hits <= prior_events:
+            raise ValueError(f"priors need 0 <= prior_hits <= prior_events, got {prior_hits}, {prior_events}")
         for name, value in (("window_factor", window_factor), ("decay_capacities", decay_capacities),
-                            ("prior_weight", prior_weight)):
+                            ("prior_weight", prior_weight), ("prior_events", prior_events)):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
         self.index = TreeIndex()
@@ -336,7 +338,9 @@ class TinyLFUPolicy(Policy):
         # use, which follows, measures the gap); the back part, which the request did not reach, starts a TAIL
         # event now, as an insert would (SGLang's match stamps the node before it splits it)
         self.gate.withdraw(front.key)
-        self.events[front.region] -= 1
+        # at most what is left: the front's insert may have ended an aging period and halved the count it
+        # opened into, and a count below 0 gives a density a denominator of 0 or less (a raise in the scheduler)
+        self.events[front.region] = max(0.0, self.events[front.region] - 1)
         front.region, front.tick, front.depth, front.count = n.region, n.tick, n.depth, n.count
         front.placed = (n.tick, next(self._placements))
         leaf = not n.children
