@@ -167,15 +167,15 @@ def test_no_switch_before_the_least_traffic_nor_within_the_margin():
 
 
 def test_before_the_first_switch_a_tie_goes_to_the_learned_setting():
-    """Until the cache is full nothing is dropped whatever it runs: at the first decision after one capacity the
-    live tree leaves recency on a tie (or a learned lead), though a lead after a switch needs `min_capacities`, and
-    stays while recency's miniature leads by any amount; after a switch, a tie moves nothing and a switch needs the
-    margin and the paired lead again."""
+    """Until the cache is full nothing is dropped whatever it runs, and for a while after that the learned setting's
+    classes are young: at the first decision after two capacities the live tree leaves recency on a tie (or a
+    learned lead), though a lead after a switch needs `min_capacities`, and stays while recency's miniature leads by
+    any amount; after a switch, a tie moves nothing and a switch needs the margin and the paired lead again."""
     tied, shadows = tuner({"lru": 0.2, "gated": 0.2}, window_capacities=1.0, min_capacities=2.0)
-    assert feed(tied, 1 + 9) == []  # 9 requests of 100 units: under 1 capacity of 1,000
+    assert feed(tied, 1 + 19) == []  # 19 requests of 100 units: under 2 capacities of 1,000
     assert feed(tied, 1) == ["gated"]
-    later, _ = tuner({"lru": 0.2, "gated": 0.2}, window_capacities=1.0, tie_capacities=2.0)
-    assert feed(later, 1 + 19) == [] and feed(later, 1) == ["gated"]
+    sooner, _ = tuner({"lru": 0.2, "gated": 0.2}, window_capacities=1.0, tie_capacities=1.0)
+    assert feed(sooner, 1 + 9) == [] and feed(sooner, 1) == ["gated"]
     shadows["lru"].rate = 0.5
     assert feed(tied, 100) == ["lru"]  # recency leads by the margin, with no spread: back, once
     shadows["lru"].rate = 0.2
@@ -192,10 +192,10 @@ def test_with_a_host_tier_a_tie_counts_only_once_both_tiers_could_have_dropped_a
     """Guards: a tie taken after two device capacities while the host tier (here twice the device) still held
     everything, so the miniatures read the same whatever they ran. On the first 2,000 conversation rows at 1e6
     (host 2e6) that early switch left the live tree at 0.0835 against stock HiCache's 0.0873; waiting for a lead
-    (it came at 5 capacities) gave 0.1125. The tie counts from 1 x 3 shadow capacities; a lead still moves the tree
+    (it came at 5 capacities) gave 0.1125. The tie counts from 2 x 3 shadow capacities; a lead still moves the tree
     after `min_capacities` (2)."""
     tied, _ = tuner({"lru": 0.2, "gated": 0.2}, cache_capacity=3000, window_capacities=1.0, min_capacities=2.0)
-    assert feed(tied, 1 + 29) == []  # 2,900 units: under 1 x 3 capacities of 1,000
+    assert feed(tied, 1 + 59) == []  # 5,900 units: under 2 x 3 capacities of 1,000
     assert feed(tied, 1) == ["gated"]
     ahead, _ = tuner({"lru": 0.1, "gated": 0.3}, cache_capacity=3000, window_capacities=1.0, min_capacities=2.0)
     assert feed(ahead, 1 + 20) == ["gated"]  # a lead needs no full cache: the first decision after 2 capacities
