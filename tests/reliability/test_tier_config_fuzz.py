@@ -4,18 +4,19 @@ A good value must be accepted; anything else must fail with a message that names
 an argparse exit, a bare ValueError from int(), or a traceback from a scheduler process later.
 """
 
+import importlib
 import math
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")  # read at import time by sglang modules
 
 from sglang_ext.launch_server import LaunchError, split_tier_args  # noqa: E402
 from sglang_ext.tier_config import TierConfig, TierConfigError  # noqa: E402
-from tiers.policy import policy_names  # noqa: E402
+from tiers.policy import Policy, policy_names  # noqa: E402
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Values an argparse option takes as its argument (a leading '-' would be read as another option).
@@ -66,10 +67,25 @@ def whole_in_range(top: int):
 good_threshold, good_request_mb = whole_in_range(1 << 20), whole_in_range(1 << 16)
 
 
+def good_policy(text: str) -> bool:
+    """A registered name, or `module:Class` naming an importable `tiers.policy.Policy` subclass (checked at launch
+    since the host tier came: a ':' alone, as in ':' or '0:', is not one)."""
+    if text in policy_names():
+        return True
+    module, colon, name = text.partition(":")
+    if not colon:
+        return False
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except Exception:  # noqa: BLE001 - whatever the import raises, nothing loads
+        return False
+    return isinstance(cls, type) and issubclass(cls, Policy)
+
+
 CASES = {
     "--tier-session-ttl": good_ttl,
     "--tier-retention-budget": good_budget,
-    "--tier-policy": lambda t: t in policy_names() or ":" in t,
+    "--tier-policy": good_policy,
     "--tier-peers": good_peers,
     "--tier-peer-prefetch-threshold": good_threshold,
     "--tier-shadow-rate": good_share,
@@ -92,6 +108,9 @@ def check(flag: str, value: str) -> None:
 
 @FUZZ
 @given(flag=st.sampled_from(sorted(CASES)), value=values)
+@example(flag="--tier-policy", value=":")  # found by this test: a ':' names no class
+@example(flag="--tier-policy", value="0:")
+@example(flag="--tier-policy", value="tiers.policies.stock:LRUPolicy")
 def test_every_bad_tier_value_is_an_error_naming_the_flag(flag, value):
     check(flag, value)
 

@@ -63,8 +63,9 @@ class Tree:
             self.p.on_remove(v)
         return vs
 
-    def split(self, e):
-        """A tree split: a new one-unit front node between `e` and its parent, reported as SGLang's adapter does."""
+    def split(self, e, front_key=None, back_key=None):
+        """A tree split: a new one-unit front node between `e` and its parent, reported as SGLang's adapter does
+        (an insert of the front, then a resize of `e`)."""
         old_parent = self.parent[e]
         front = self.next
         self.next += 1
@@ -76,8 +77,8 @@ class Tree:
             self.children[old_parent].add(front)
         self.parent[e] = front
         self.size[e] -= 1
-        self.p.on_insert(front, ("k", e), 1, old_parent)
-        self.p.on_resize(e, self.size[e], front, ("k2", e))
+        self.p.on_insert(front, front_key or ("k", e), 1, old_parent)
+        self.p.on_resize(e, self.size[e], front, back_key or ("k2", e))
         return front
 
 
@@ -292,16 +293,39 @@ def test_a_split_right_after_an_aging_leaves_no_class_with_a_negative_count():
     t = Tree(p)
     a = t.add(size=4)
     for i in range(12):  # split the same leaf again and again: each front's insert also ends an aging period
-        front = t.next
-        t.next += 1
-        t.parent[front], t.children[front], t.size[front] = t.parent[a], {a}, 1
-        if t.parent[a] is not None:
-            t.children[t.parent[a]] = {front}
-        t.parent[a] = front
-        p.on_insert(front, ("front", i), 1, t.parent[front])
-        p.on_resize(a, 3, front, ("back", i))
+        t.size[a] = 4
+        t.split(a, ("front", i), ("back", i))
         assert min(p.events) >= 0
     p.admit(Candidate(("new", 0), 1, a), [a])  # every class's density is finite: no raise
+
+
+@pytest.mark.parametrize("decay_capacities", [1e-9, 0.07, 60.0])
+def test_a_split_takes_back_exactly_the_event_its_front_part_opened(decay_capacities):
+    """SGLang reports a split as an insert of the front part, then a resize of the old entry. The front is not new
+    (it carries on the entry's event), so the resize takes back the event its insert opened. When that insert ended
+    an aging period, what is left of that event is half of one: taking 1 (the old code) took half an event of
+    another entry of the class. Checked against a twin policy told of the back part alone, with the front's units
+    in its aging period as in the split (they stay there: the aging period was tuned with them)."""
+    def counts(p):
+        return list(p.hits), list(p.events), p._since_decay
+
+    split_one, twin = (create_policy("tinylfu", 100, clock=ManualClock(), decay_capacities=decay_capacities)
+                       for _ in range(2))
+    t = Tree(split_one)
+    a = t.add(size=4)
+    twin.on_insert(a, ("k", a), 4, None)
+    for p in (split_one, twin):
+        p.record(("k", a))
+        p.on_access(a)  # a hit in a class, so that a halving shows in the hits too
+    for i in range(6):
+        t.size[a] = 4 - i % 2
+        t.split(a, ("front", i), ("back", i))
+        twin._since_decay += 1  # the front's units, then the back part's TAIL event
+        if twin._since_decay >= twin.decay_units:
+            twin._decay()
+        twin._open(twin._tail, 3 - i % 2)
+        assert counts(split_one) == counts(twin)
+        assert min(split_one.events) >= 0
 
 
 def _serve(policy, keys, size: int = 8) -> int:

@@ -151,7 +151,8 @@ class TinyLFUPolicy(Policy):
         self._ghosts: "OrderedDict[Hashable, tuple]" = OrderedDict()  # key -> (class, size)
         self._ghost_size = 0
         self._returned: "OrderedDict[Hashable, None]" = OrderedDict()
-        self._since_decay = 0.0  # event units since the last halving
+        self._since_decay, self._decays = 0.0, 0  # event units since the last halving; halvings so far
+        self._last_open = None  # (entry, halvings before it): the latest on_insert's event
         self.now = 0  # the policy's clock: one tick per recorded key
         # in front of the density contest: a new suffix whose class rarely comes back within a few
         # capacities of traffic is declined outright (threshold 0: the gate always passes, v3 as it was)
@@ -159,8 +160,7 @@ class TinyLFUPolicy(Policy):
                               prior_hits=1.0 * prior_weight, prior_events=3.0 * prior_weight)
         # steered by the tier's shadow tuner (tiers/shadow.py): "recency" ranks by age alone and admits all (SGLang's
         # LRU); the classes, ghosts and the gate keep learning in either order
-        self.order = "learned"
-        self.learned = True
+        self.order, self.learned = "learned", True
         self._flat = [0.0] * n_classes  # the estimates recency order uses: every class's probability is 1
         # TinyLFU's contest per key, at the root level (margin 0: none; 1: TinyLFU's rule)
         self.contest = KeyContest(frequency_period, frequency_margin)
@@ -224,6 +224,7 @@ class TinyLFUPolicy(Policy):
             self._decay()
 
     def _decay(self) -> None:
+        self._decays += 1
         self._since_decay = 0.0
         self.hits = [h * 0.5 for h in self.hits]
         self.events = [e * 0.5 for e in self.events]
@@ -264,6 +265,7 @@ class TinyLFUPolicy(Policy):
             cls = self._new_class(n.depth, size)
         n.count = 0
         n.region = cls
+        self._last_open = (entry, self._decays)  # a split's front part takes this event back (on_resize)
         self.events[cls] += 1  # _open, inlined
         self._since_decay += size
         if self._since_decay >= self.decay_units:
@@ -338,9 +340,7 @@ class TinyLFUPolicy(Policy):
         # use, which follows, measures the gap); the back part, which the request did not reach, starts a TAIL
         # event now, as an insert would (SGLang's match stamps the node before it splits it)
         self.gate.withdraw(front.key)
-        # at most what is left: the front's insert may have ended an aging period and halved the count it
-        # opened into, and a count below 0 gives a density a denominator of 0 or less (a raise in the scheduler)
-        self.events[front.region] = max(0.0, self.events[front.region] - 1)
+        self._withdraw_open(front)
         front.region, front.tick, front.depth, front.count = n.region, n.tick, n.depth, n.count
         front.placed = (n.tick, next(self._placements))
         leaf = not n.children
@@ -353,6 +353,17 @@ class TinyLFUPolicy(Policy):
         self._open(self._tail, n.size)
         if leaf:
             self._place(n)
+
+    def _withdraw_open(self, front) -> None:
+        """Take back the event a split's front part opened when it was reported as an insert (it is not new: it
+        carries on the entry's event). If that insert ended an aging period, what is left of the event is what the
+        halving left of it, half (taking 1 took half an event of another entry, and once drove a count below 0: a
+        density with a denominator of 0, a raise in the scheduler). Its units stay in the aging period, as tuned."""
+        last, self._last_open = self._last_open, None
+        if last is None or last[0] is not front.entry:  # not reported just before: nothing of it to take back
+            return
+        cls = front.region
+        self.events[cls] = max(0.0, self.events[cls] - 0.5 ** (self._decays - last[1]))  # exact; never below 0
 
     def record(self, key) -> None:
         self.gate.record(key)
