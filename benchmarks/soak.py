@@ -287,11 +287,17 @@ def _peer_slots(peer: PeerProcess) -> Dict[str, int]:
 
 # 30 s was once too short while a whole test run shared the 2 cores (load average ~7)
 PROBE_PEER_DEADLINE_S = 90.0
+PROBE_RESEND_S = 2.0  # how often the probe is asked again while the peer lacks it
 
 
 def _seed_probe(server: Server, peer: PeerProcess, text: str) -> str:
     """Compute `text` on `server` (the sessions are held), then wait (bounded) until the peer stored as many
-    new pages as the prompt has full pages (page size 1 on CPU). Returns what it saw, for the fault log."""
+    new pages as the prompt has full pages (page size 1 on CPU). Returns what it saw, for the fault log.
+
+    The probe carries a TTL, which puts it in host memory (and so in the peer) at once while the live setting
+    honours TTLs; once the self-tuner has chosen a setting that ignores them, the host tier admits the probe
+    only when its policy says so, like any prefix. So the probe is asked again every `PROBE_RESEND_S` while
+    the peer lacks it: each ask is another use of the prefix, as a returning client's would be."""
     try:
         before = int(peer_stats(peer.port)["stored"])
     except (OSError, RuntimeError) as e:
@@ -300,24 +306,30 @@ def _seed_probe(server: Server, peer: PeerProcess, text: str) -> str:
     if meta is None:
         return "probe not seeded: the server did not answer it"
     tokens = int(meta["prompt_tokens"]) - 1
-    start = time.monotonic()
-    stored = before
+    start = last_ask = time.monotonic()
+    stored, asks = before, 1
     while time.monotonic() < start + PROBE_PEER_DEADLINE_S:
         try:
             stored = int(peer_stats(peer.port)["stored"])
             if stored >= before + tokens:
-                return f"probe seeded: the peer took {stored - before} pages in {time.monotonic() - start:.1f}s"
-            # An idle scheduler only turns host-copy acks into peer writes when its loop runs: a stats
-            # request (handled by the scheduler) makes it run.
-            server.get("/tiers/stats")
+                return (f"probe seeded: the peer took {stored - before} pages in {time.monotonic() - start:.1f}s "
+                        f"({asks} ask{'s' if asks > 1 else ''})")
+            if time.monotonic() - last_ask >= PROBE_RESEND_S:
+                asks, last_ask = asks + 1, time.monotonic()
+                _probe_meta(server, text)
+            else:
+                # An idle scheduler only turns host-copy acks into peer writes when its loop runs: a stats
+                # request (handled by the scheduler) makes it run.
+                server.get("/tiers/stats")
         except (OSError, RuntimeError) as e:
             return f"probe seeding stopped: {e}"
         time.sleep(0.5)  # write-through to the peer is asynchronous; bounded by the deadline above
-    return f"probe seeding timed out: the peer took {stored - before} of {tokens} pages in {PROBE_PEER_DEADLINE_S:g}s"
+    return (f"probe seeding timed out: the peer took {stored - before} of {tokens} pages in "
+            f"{PROBE_PEER_DEADLINE_S:g}s ({asks} asks)")
 
 
 def _probe_meta(server: Server, text: str) -> Optional[dict]:
-    # Retained (a TTL), so the host tier admits it even when full, and it is written through to the peer.
+    # A TTL: retained, so the host tier admits it even when full while the live setting honours TTLs.
     body = {"text": text, "cache_salt": "soak-probe", "return_cached_tokens_details": True,
             "cache_control": {"type": "ephemeral", "ttl": "5m"},
             "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
