@@ -87,7 +87,8 @@ def build_tree_cache(ctx):
 
         cache = TieredHiRadixCache(ctx.params, ctx.server_args, policy=config.policy,
                                    retention_budget=config.retention_budget, stats_tenants=config.stats_tenants,
-                                   tuning=config.tuning(), enable_metrics=bool(ctx.server_args.enable_metrics))
+                                   tuning=config.tuning(host_tier=True),
+                                   enable_metrics=bool(ctx.server_args.enable_metrics))
         # The forward pass waits on this counter for host->device loads (see sglang registry.py).
         ctx.tp_worker.register_hicache_layer_transfer_counter(cache.cache_controller.layer_done_counter)
     else:

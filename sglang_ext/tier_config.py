@@ -91,9 +91,10 @@ class TierConfig:
     # timeout (if the client gave one) passes, so without a bound a client could open them until memory runs out
     max_open_sessions: int = 4096
 
-    def tuning(self) -> Optional[TuningConfig]:
-        """The self-tuner's settings (None: off, the policy runs as configured)."""
-        return tuning_at(self.shadow_rate)
+    def tuning(self, host_tier: bool = False) -> Optional[TuningConfig]:
+        """The self-tuner's settings for a device-only tree or one with a host tier (None: off, the policy runs as
+        configured)."""
+        return tuning_at(self.shadow_rate, host_tier=host_tier)
 
     def validate(self) -> "TierConfig":
         check_policy_name(self.policy)

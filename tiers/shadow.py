@@ -29,8 +29,9 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   beats the live one's by `margin` (token hit rate, absolute) and by `min_z` standard errors of the per-request
   difference between the two shadows on the same sampled requests (a paired test: windows hold a few hundred
   requests, and on traffic whose hits are few and large a lead of 0.01 can be noise). The live policy starts on
-  the first setting (recency: SGLang's own LRU), so while its learner is cold (until the cache is full, below)
-  the tier behaves as stock SGLang.
+  the first setting (recency: on a device-only tree SGLang's own LRU, client TTLs ignored as SGLang ignores
+  them; with a host tier, stock HiCache's order with TTLs honoured: `DEFAULT_SETTINGS` and `HOST_TIER_SETTINGS` below), so while its
+  learner is cold (until the cache is full, below) the tier behaves as stock SGLang.
 - **The first switch** (`learned_on_tie`): until the miniatures are full they evict nothing and read the same
   rate, so the paired test cannot pass before the live tree is full too, and each capacity it then waits on
   recency gives back what the learned setting wins (rag and tenants rows: the first switch came at request
@@ -90,11 +91,19 @@ class Setting:
     honours_ttls: bool = True  # False: a client's TTL is ignored (no retention, no admission bypass)
 
 
-LRU = Setting("lru", order="recency")
-# SGLang's LRU, the learned order with the reuse gate at its bar (`tinylfu` pinned), and the same with client TTLs
-# ignored (it joins only where the warm-up traffic carried TTLs). A frequency order (close to SGLang's LFU) as a
-# candidate lost: one wrong switch to it cost 0.03 against LRU (benchmarks/RESULTS.md)
-DEFAULT_SETTINGS = (LRU, Setting("gated", "learned", 0.3), Setting("gated-no-ttl", "learned", 0.3, honours_ttls=False))
+LRU = Setting("lru-no-ttl", order="recency", honours_ttls=False)  # SGLang's LRU, which has no client TTLs
+RETAINING_LRU = Setting("lru", order="recency")  # the same, client TTLs honoured (retention within its budget)
+GATED = Setting("gated", "learned", 0.3)  # the learned order with the reuse gate at its bar: `tinylfu` pinned
+GATED_NO_TTL = Setting("gated-no-ttl", "learned", 0.3, honours_ttls=False)
+# The device-only tree starts as SGLang does: recency honouring TTLs there left traffic that marks one-shot
+# questions ephemeral (API callers) below SGLang's LRU until the first switch (the first 300 rows of api-s8 at
+# 2.5e5: 0.3372 against 0.3447). With a host tier below, a retained victim is demoted, not dropped, and the
+# start honours TTLs: it never lost to stock HiCache on those slices, and kept tenant chat ahead from its start
+# (benchmarks/RESULTS.md, "The device-only start is SGLang's LRU, client TTLs included"). The setting that
+# ignores TTLs joins only where the warm-up traffic carried them. A frequency order (close to SGLang's LFU) as a
+# candidate lost: one wrong switch to it cost 0.03 against LRU.
+DEFAULT_SETTINGS = (LRU, GATED, GATED_NO_TTL)
+HOST_TIER_SETTINGS = (RETAINING_LRU, GATED, GATED_NO_TTL)
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,8 @@ class TuningConfig:
     max_rate: float = 0.25  # the most, however large the requests are against the capacity (bounds the CPU)
     min_shadow_requests: float = 32.0  # a shadow holds at least this many mean-sized requests (up to max_rate)
     warmup_requests: int = 32  # requests seen before the shadows are sized and started
-    settings: Tuple[Setting, ...] = DEFAULT_SETTINGS  # the first is what the live policy starts with
+    # the first is what the live policy starts with (`tuning_at`: HOST_TIER_SETTINGS for a tree with a host tier)
+    settings: Tuple[Setting, ...] = DEFAULT_SETTINGS
     window_capacities: float = 4.0  # shadow capacities of sampled traffic per window (then the counts halve)
     decide_capacities: float = 1.0  # shadow capacities of sampled traffic between two decisions
     min_capacities: float = 2.0  # sampled traffic before a lead can move the live setting
@@ -124,8 +134,6 @@ class TuningConfig:
                              f"{self.max_rate}")
         if len(self.settings) < 1 or len({s.name for s in self.settings}) != len(self.settings):
             raise ValueError("shadow settings need at least one setting and distinct names")
-        if not self.settings[0].honours_ttls:
-            raise ValueError("the first shadow setting (the live policy's start) must honour TTLs")
         if min(self.window_capacities, self.decide_capacities) <= 0 or min(
                 self.min_capacities, self.tie_capacities, self.margin, self.min_z) < 0:
             raise ValueError("window and decision interval must be > 0, least traffic, margin and min_z >= 0")
@@ -139,13 +147,14 @@ class TuningConfig:
             raise ValueError("min_shadow_requests must be >= 0 and warmup_requests >= 1")
 
 
-def tuning_at(sample_rate: float, sample_seed: int = 0) -> Optional[TuningConfig]:
-    """The default tuning with `sample_rate` as its least rate (None for 0: no self-tuning): the one rule the
-    server's `--tier-shadow-rate` and the replay's `--shadow-rate` share."""
+def tuning_at(sample_rate: float, sample_seed: int = 0, host_tier: bool = False) -> Optional[TuningConfig]:
+    """The default tuning with `sample_rate` as its least rate (None for 0: no self-tuning), for a device-only
+    tree or one with a host tier below: the one rule the server's `--tier-shadow-rate` and the replay's
+    `--shadow-rate` share."""
     if not sample_rate:
         return None
     return TuningConfig(sample_rate=sample_rate, max_rate=max(sample_rate, TuningConfig.max_rate),
-                        sample_seed=sample_seed)
+                        sample_seed=sample_seed, settings=HOST_TIER_SETTINGS if host_tier else DEFAULT_SETTINGS)
 
 
 @dataclass(frozen=True)
@@ -313,8 +322,9 @@ class ShadowTuner:
         rate = min(cfg.max_rate, max(cfg.sample_rate, cfg.min_shadow_requests * mean / self.capacity))
         self.shadow_capacity = max(1, int(self.capacity * rate))
         self.sampler = ChainSampler(rate, cfg.head_requests, cfg.head_memory, cfg.sample_seed)
-        # a setting that ignores TTLs is its TTL twin on traffic without them: a shadow only where it can differ
-        self._candidates(tuple(s for s in cfg.settings if s.honours_ttls or self._ttls_seen))
+        # a setting that ignores TTLs is its TTL twin on traffic without them: a shadow only where it can differ,
+        # and always for the first (the live tree's start)
+        self._candidates(tuple(s for i, s in enumerate(cfg.settings) if not i or s.honours_ttls or self._ttls_seen))
         self._shadows = [(s, self._make_shadow(s, self.shadow_capacity)) for s in self._settings]
 
     def _candidates(self, settings: Tuple[Setting, ...]) -> None:

@@ -20,7 +20,7 @@ from sglang_ext.simulated_host import simulated_hicache
 from sglang_ext.tiered_cache import TieredRadixCache, _TreeShadow, peek_path
 from sglang_ext.tiered_hicache import TieredHiRadixCache, _HostTierShadow
 from tiers.clock import ManualClock
-from tiers.shadow import DEFAULT_SETTINGS, LRU, TuningConfig
+from tiers.shadow import DEFAULT_SETTINGS, GATED, GATED_NO_TTL, HOST_TIER_SETTINGS, LRU, RETAINING_LRU, TuningConfig
 
 
 @pytest.fixture(scope="module")
@@ -28,19 +28,28 @@ def conversation_slice():
     return load_trace("conversation", limit=1500)
 
 
-def test_the_recency_setting_is_sglangs_lru_to_the_token(conversation_slice):
-    """Guards the switch the tuner starts on: `tinylfu` steered to recency must be stock SGLang's LRU, or the
-    tuner's "never below LRU" would rest on another algorithm."""
-    only_lru = TuningConfig(settings=(LRU,))
+@pytest.mark.parametrize("workload", ["conversation", "tenants-with-ttls"])
+def test_the_recency_setting_is_sglangs_lru_to_the_token(workload, conversation_slice):
+    """Guards the setting the device-only tuner starts on: `tinylfu` steered to recency must be stock SGLang's
+    LRU, or the tuner's "never below LRU" would rest on another algorithm; also where every row carries a client
+    TTL, which SGLang has no notion of (honouring them there cost API-like traffic hits against SGLang's LRU
+    until the first switch)."""
+    if workload == "conversation":
+        trace, capacity = conversation_slice, 4_000_000
+    else:
+        trace, capacity = parse_rows(generate_rows("tenants", GenConfig(seed=1, requests=600))), 250_000
+        assert all(req.ttl_s for req in trace.requests)
+    assert TuningConfig().settings[0] == LRU
     clock = ManualClock(0.0)
-    ours = TieredEngine("tinylfu", 4_000_000 // 512, clock, tuning=only_lru)
-    stock = replay(conversation_slice, ReplayConfig("lru", 4_000_000))
+    ours = TieredEngine("tinylfu", capacity // 512, clock, tuning=TuningConfig(settings=(LRU,)))
+    stock = replay(trace, ReplayConfig("lru", capacity))
     hit = 0
-    for req in conversation_slice.requests:
+    for req in trace.requests:
         clock.set(max(clock.now(), req.time_s))
-        hit += req.hit_tokens(ours.access(req).hit_blocks, conversation_slice.block_tokens)
+        hit += req.hit_tokens(ours.access(req).hit_blocks, trace.block_tokens)
     assert stock.evictions > 0
-    assert hit / conversation_slice.total_input_tokens == pytest.approx(stock.token_hit_rate, abs=1e-12)
+    assert hit / trace.total_input_tokens == pytest.approx(stock.token_hit_rate, abs=1e-12)
+    assert ours.cache.retention.retains == 0
 
 
 def test_where_the_learned_order_loses_to_lru_the_default_stays_within_0_002_of_it(conversation_slice):
@@ -51,9 +60,8 @@ def test_where_the_learned_order_loses_to_lru_the_default_stays_within_0_002_of_
     default = replay(conversation_slice, ReplayConfig("tinylfu", 4_000_000))
     assert pinned < lru - 0.01  # the loss is real on this slice
     assert default.token_hit_rate >= lru - 0.002
-    # no row carries a TTL: the setting that ignores TTLs would be its twin, so it has no shadow
-    assert default.tuning["sampled_requests"] > 0 and set(default.tuning["shadow_hit_rates"]) == {
-        s.name for s in DEFAULT_SETTINGS if s.honours_ttls}
+    # no row carries a TTL: the learned setting that ignores TTLs would be its twin, so it has no shadow
+    assert default.tuning["sampled_requests"] > 0 and set(default.tuning["shadow_hit_rates"]) == {LRU.name, GATED.name}
 
 
 def test_the_replay_flag_sets_the_servers_rate_and_zero_turns_the_tuner_off():
@@ -85,7 +93,7 @@ def _chat_hit_rates(seed: int, rate: float):
             hit += hit_blocks
             total += len(req.blocks)
     assert engine.stats().evictions > 0
-    return hit / total, engine.cache.tuner.stats().shadow_hit_rates["lru"]
+    return hit / total, engine.cache.tuner.stats().shadow_hit_rates[LRU.name]
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -177,9 +185,9 @@ def test_the_tuner_moves_the_live_policy_off_recency_when_a_scan_would_flush_the
                                               tuning=TuningConfig(sample_rate=1.0, max_rate=1.0))
     lru_rate, tuned_rate = _scan_then_hot(lru_only, 240), _scan_then_hot(tuned, 240)
     stats = tuned.tuner.stats()
-    assert stats.live != "lru" and stats.switches == 1
+    assert stats.live != LRU.name and stats.switches == 1
     assert lru_rate < 0.05 and tuned_rate > 0.15
-    assert stats.shadow_hit_rates[stats.live] > stats.shadow_hit_rates["lru"] + 0.1
+    assert stats.shadow_hit_rates[stats.live] > stats.shadow_hit_rates[LRU.name] + 0.1
 
 
 # ---- with the host tier: TieredHiRadixCache, both tiers steered, shadows of the same class ----
@@ -199,7 +207,8 @@ def test_the_recency_setting_on_both_tiers_is_stock_hicache_request_by_request()
     """Guards the host tier's starting setting: `tinylfu` steered to recency on device and host must serve every
     request as SGLang's HiRadixCache with LRU does (device eviction, write-through backups, host eviction)."""
     trace = load_trace("conversation", limit=800)
-    engine, ours = _host_hits("tinylfu", trace, 600, 1200, TuningConfig(settings=(LRU,)))
+    assert HOST_TIER_SETTINGS[0] == RETAINING_LRU
+    engine, ours = _host_hits("tinylfu", trace, 600, 1200, TuningConfig(settings=(RETAINING_LRU,)))
     _, stock = _host_hits("lru", trace, 600, 1200)
     assert engine.cache.tier_counters()["host"]["evicted_tokens"] > 0  # both tiers were full
     assert sum(h for _, h in stock) > 0
@@ -223,9 +232,10 @@ def _serve_scan_then_hot(cache, n: int, seed: int = 0) -> float:
 def test_the_host_tier_tuner_leaves_recency_when_a_scan_would_flush_both_tiers():
     """With a host tier as small as the device, recency loses the hot prompts on both; the shadows (this class
     on simulated pools) see the learned setting keep them, and both live tiers follow."""
-    lru_only = simulated_hicache(TieredHiRadixCache, 1200, 1200, tuning=TuningConfig(settings=(LRU,)), strict=True)
-    tuned = simulated_hicache(TieredHiRadixCache, 1200, 1200, tuning=TuningConfig(sample_rate=1.0, max_rate=1.0),
-                              strict=True)
+    lru_only = simulated_hicache(TieredHiRadixCache, 1200, 1200, tuning=TuningConfig(settings=(RETAINING_LRU,)),
+                                 strict=True)
+    tuned = simulated_hicache(TieredHiRadixCache, 1200, 1200, strict=True,
+                              tuning=TuningConfig(settings=HOST_TIER_SETTINGS, sample_rate=1.0, max_rate=1.0))
     lru_rate, tuned_rate = _serve_scan_then_hot(lru_only, 240), _serve_scan_then_hot(tuned, 240)
     stats = tuned.tuner.stats()
     assert stats.live == "gated" and stats.switches == 1
@@ -245,16 +255,15 @@ def test_the_replay_with_a_host_tier_runs_the_tuner_and_reports_it():
     trace = load_trace("conversation", limit=300)
     r = replay(trace, ReplayConfig("tinylfu", 200_000, host_tokens=400_000))
     assert r.config["host_tier"] == "TieredHiRadixCache"
-    honouring = {s.name for s in DEFAULT_SETTINGS if s.honours_ttls}  # no row carries a TTL
+    honouring = {s.name for s in HOST_TIER_SETTINGS if s.honours_ttls}  # no row carries a TTL
     assert r.tuning["sampled_requests"] > 0 and set(r.tuning["shadow_hit_rates"]) == honouring
     assert replay(trace, ReplayConfig("tinylfu", 200_000, host_tokens=400_000, shadow_rate=0)).tuning is None
     tenants = parse_rows(generate_rows("tenants", GenConfig(seed=1, requests=300)))  # a TTL on every row
     with_ttls = replay(tenants, ReplayConfig("tinylfu", 200_000, host_tokens=400_000))
-    assert set(with_ttls.tuning["shadow_hit_rates"]) == {s.name for s in DEFAULT_SETTINGS}
+    assert set(with_ttls.tuning["shadow_hit_rates"]) == {s.name for s in HOST_TIER_SETTINGS}
 
 
-IGNORES_TTLS = next(s for s in DEFAULT_SETTINGS if not s.honours_ttls)
-HONOURS_TTLS = next(s for s in DEFAULT_SETTINGS if s.honours_ttls and s.order == IGNORES_TTLS.order)
+IGNORES_TTLS, HONOURS_TTLS = GATED_NO_TTL, GATED  # the learned setting, ignoring client TTLs and honouring them
 
 
 @pytest.mark.parametrize("host_tier", [False, True], ids=["device", "host-tier"])
@@ -287,7 +296,7 @@ def test_where_client_ttls_cost_hits_the_default_stops_honouring_them():
     retaining the questions pushes out system prompts the tenants ask for again. The shadow that ignores TTLs sees
     it, the live tree follows, and ends above the same tuner without that candidate."""
     trace = parse_rows(generate_rows("tenants", GenConfig(seed=1, **KIND_DEFAULTS["tenants"])))
-    honouring_only = TuningConfig(settings=tuple(s for s in DEFAULT_SETTINGS if s.honours_ttls))
+    honouring_only = TuningConfig(settings=tuple(s for s in DEFAULT_SETTINGS if s != IGNORES_TTLS))
     results = {}
     for name, tuning in (("default", TuningConfig()), ("honouring only", honouring_only)):
         clock = ManualClock(0.0)
@@ -315,7 +324,8 @@ def test_shadows_built_mid_serving_leave_the_live_trees_node_ids_unique():
     shadows after warm-up, while the live tree is serving. Node ids key the tree's copies in flight
     (`ongoing_load_back`, `ongoing_write_through`): two live nodes with one id lose one of the copies' locks, and
     the second acknowledgement raises KeyError in the scheduler (loading_check)."""
-    live = simulated_hicache(TieredHiRadixCache, 1200, 2400, tuning=TuningConfig(warmup_requests=8), strict=True)
+    live = simulated_hicache(TieredHiRadixCache, 1200, 2400, strict=True,
+                             tuning=TuningConfig(settings=HOST_TIER_SETTINGS, warmup_requests=8))
     served, rng = _HostTierShadow(live), random.Random(0)
     for i in range(24):
         served.request((RadixKey(array("q", [rng.randrange(100, 30000) for _ in range(40)])), 0, None))

@@ -121,8 +121,8 @@ def test_the_self_tuner_leaves_recency_when_a_scan_flushes_the_hot_set_and_stock
     stock = scan_between_hot_prompts(stock_small, 240, seed=5)
     tuning = tuned_small.get("/tiers/stats")["tuning"]
     print(f"scan: hot prompts cached {tuned:.2f} (tuned) vs {stock:.2f} (stock); tuner {tuning}")
-    assert tuning["live"] != "lru" and tuning["switches"] >= 1 and tuning["sample_rate"] == 1.0
-    assert tuning["shadow_hit_rates"][tuning["live"]] > tuning["shadow_hit_rates"]["lru"]
+    assert tuning["live"] != "lru-no-ttl" and tuning["switches"] >= 1 and tuning["sample_rate"] == 1.0
+    assert tuning["shadow_hit_rates"][tuning["live"]] > tuning["shadow_hit_rates"]["lru-no-ttl"]
     assert stock < 0.2 and tuned > stock + 0.4
 
 

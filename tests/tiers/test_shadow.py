@@ -130,13 +130,15 @@ def test_no_shadow_runs_before_the_warm_up_ends():
     feed(t, 9)
     assert made == [] and t.stats().sample_rate == 0.0
     feed(t, 1)
-    assert [s.name for s in made] == ["lru", "gated"]
+    assert [s.name for s in made] == ["lru-no-ttl", "gated"]
 
 
 def test_a_setting_that_ignores_ttls_gets_a_shadow_only_where_the_warm_up_saw_a_ttl():
+    # except the first, the live tree's start: on a device-only tree SGLang's LRU, which has no client TTLs
+    assert not LRU.honours_ttls and TuningConfig().settings[0] == LRU
     no_ttl = Setting("gated-no-ttl", "learned", 0.3, honours_ttls=False)
     cfg = TuningConfig(settings=(LRU, GATED, no_ttl), sample_rate=1.0, max_rate=1.0, warmup_requests=3)
-    cases = (((False, False, False), ["lru", "gated"]), ((False, True, False), ["lru", "gated", "gated-no-ttl"]))
+    cases = (((False, False, False), [LRU.name, "gated"]), ((False, True, False), [LRU.name, "gated", "gated-no-ttl"]))
     for ttls, expected in cases:
         made = []
         t = ShadowTuner(cfg, 1000, lambda s, c: made.append(s) or FixedShadow(0.1))
@@ -144,26 +146,24 @@ def test_a_setting_that_ignores_ttls_gets_a_shadow_only_where_the_warm_up_saw_a_
             t.offer([("chain", i)], 100, 100, 0, carries_ttl=carries_ttl)
         t.offer([("chain", 9)], 100, 100, 0, carries_ttl=True)  # after the warm-up: too late to add one
         assert [s.name for s in made] == expected and list(t.stats().shadow_hit_rates) == expected
-    with pytest.raises(ValueError):  # the live policy starts on the first setting: it must honour TTLs
-        TuningConfig(settings=(no_ttl, LRU))
 
 
 def test_the_live_setting_moves_to_the_better_shadow_once_and_stays_on_a_stationary_trace():
-    t, shadows = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=2.0)
-    assert t.live.name == "lru"  # starts on recency, as stock SGLang
+    t, shadows = tuner({"lru-no-ttl": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=2.0)
+    assert t.live.name == "lru-no-ttl"  # starts on recency, as stock SGLang
     switched = feed(t, 500)
     assert switched == ["gated"]  # once, and never back
     s = t.stats()
     assert s.live == "gated" and s.switches == 1 and s.sampled_requests == 499  # the first was the warm-up
-    assert s.shadow_hit_rates == {"lru": pytest.approx(0.10), "gated": pytest.approx(0.30)}
+    assert s.shadow_hit_rates == {"lru-no-ttl": pytest.approx(0.10), "gated": pytest.approx(0.30)}
 
 
 def test_no_switch_before_the_least_traffic_nor_within_the_margin():
-    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=5.0, learned_on_tie=False)
+    t, _ = tuner({"lru-no-ttl": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=5.0, learned_on_tie=False)
     assert feed(t, 1 + 40) == []  # 40 x 100 units = 4 capacities: not yet
     assert feed(t, 20) == ["gated"]
-    close, _ = tuner({"lru": 0.100, "gated": 0.1019}, window_capacities=1.0, margin=0.002, learned_on_tie=False)
-    assert feed(close, 500) == [] and close.live.name == "lru"
+    close, _ = tuner({"lru-no-ttl": 0.100, "gated": 0.1019}, window_capacities=1.0, margin=0.002, learned_on_tie=False)
+    assert feed(close, 500) == [] and close.live.name == "lru-no-ttl"
 
 
 def test_before_the_first_switch_a_tie_goes_to_the_learned_setting():
@@ -171,21 +171,21 @@ def test_before_the_first_switch_a_tie_goes_to_the_learned_setting():
     classes are young: at the first decision after two capacities the live tree leaves recency on a tie (or a
     learned lead), though a lead after a switch needs `min_capacities`, and stays while recency's miniature leads by
     any amount; after a switch, a tie moves nothing and a switch needs the margin and the paired lead again."""
-    tied, shadows = tuner({"lru": 0.2, "gated": 0.2}, window_capacities=1.0, min_capacities=2.0)
+    tied, shadows = tuner({"lru-no-ttl": 0.2, "gated": 0.2}, window_capacities=1.0, min_capacities=2.0)
     assert feed(tied, 1 + 19) == []  # 19 requests of 100 units: under 2 capacities of 1,000
     assert feed(tied, 1) == ["gated"]
-    sooner, _ = tuner({"lru": 0.2, "gated": 0.2}, window_capacities=1.0, tie_capacities=1.0)
+    sooner, _ = tuner({"lru-no-ttl": 0.2, "gated": 0.2}, window_capacities=1.0, tie_capacities=1.0)
     assert feed(sooner, 1 + 9) == [] and feed(sooner, 1) == ["gated"]
-    shadows["lru"].rate = 0.5
-    assert feed(tied, 100) == ["lru"]  # recency leads by the margin, with no spread: back, once
-    shadows["lru"].rate = 0.2
-    assert feed(tied, 500) == [] and tied.live.name == "lru"  # a tie after the first switch stays where it is
-    ahead, _ = tuner({"lru": 0.2001, "gated": 0.2}, window_capacities=1.0)
-    assert feed(ahead, 500) == [] and ahead.live.name == "lru"
-    off, _ = tuner({"lru": 0.2, "gated": 0.2}, window_capacities=1.0, learned_on_tie=False)
-    assert feed(off, 500) == [] and off.live.name == "lru"
-    cold, _ = tuner({"lru": 0.0, "gated": 0.0}, window_capacities=1.0)  # no hits yet: no evidence either way
-    assert feed(cold, 500) == [] and cold.live.name == "lru"
+    shadows["lru-no-ttl"].rate = 0.5
+    assert feed(tied, 100) == ["lru-no-ttl"]  # recency leads by the margin, with no spread: back, once
+    shadows["lru-no-ttl"].rate = 0.2
+    assert feed(tied, 500) == [] and tied.live.name == "lru-no-ttl"  # a tie after the first switch stays where it is
+    ahead, _ = tuner({"lru-no-ttl": 0.2001, "gated": 0.2}, window_capacities=1.0)
+    assert feed(ahead, 500) == [] and ahead.live.name == "lru-no-ttl"
+    off, _ = tuner({"lru-no-ttl": 0.2, "gated": 0.2}, window_capacities=1.0, learned_on_tie=False)
+    assert feed(off, 500) == [] and off.live.name == "lru-no-ttl"
+    cold, _ = tuner({"lru-no-ttl": 0.0, "gated": 0.0}, window_capacities=1.0)  # no hits yet: no evidence either way
+    assert feed(cold, 500) == [] and cold.live.name == "lru-no-ttl"
 
 
 def test_with_a_host_tier_a_tie_counts_only_once_both_tiers_could_have_dropped_anything():
@@ -194,33 +194,33 @@ def test_with_a_host_tier_a_tie_counts_only_once_both_tiers_could_have_dropped_a
     (host 2e6) that early switch left the live tree at 0.0835 against stock HiCache's 0.0873; waiting for a lead
     (it came at 5 capacities) gave 0.1125. The tie counts from 2 x 3 shadow capacities; a lead still moves the tree
     after `min_capacities` (2)."""
-    tied, _ = tuner({"lru": 0.2, "gated": 0.2}, cache_capacity=3000, window_capacities=1.0, min_capacities=2.0)
+    tied, _ = tuner({"lru-no-ttl": 0.2, "gated": 0.2}, cache_capacity=3000, window_capacities=1.0, min_capacities=2.0)
     assert feed(tied, 1 + 59) == []  # 5,900 units: under 2 x 3 capacities of 1,000
     assert feed(tied, 1) == ["gated"]
-    ahead, _ = tuner({"lru": 0.1, "gated": 0.3}, cache_capacity=3000, window_capacities=1.0, min_capacities=2.0)
+    ahead, _ = tuner({"lru-no-ttl": 0.1, "gated": 0.3}, cache_capacity=3000, window_capacities=1.0, min_capacities=2.0)
     assert feed(ahead, 1 + 20) == ["gated"]  # a lead needs no full cache: the first decision after 2 capacities
 
 
 def test_no_switch_while_the_live_settings_miniature_does_not_track_the_live_tree():
     """Guards the fidelity check: the live tree (on recency) already holds 0.30 of the sampled requests while
     recency's miniature reads 0.10; the learned miniature's lead over 0.10 is then no evidence of a gain."""
-    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0)
-    assert feed(t, 500, tree_rate=0.30) == [] and t.live.name == "lru"
+    t, _ = tuner({"lru-no-ttl": 0.10, "gated": 0.30}, window_capacities=1.0)
+    assert feed(t, 500, tree_rate=0.30) == [] and t.live.name == "lru-no-ttl"
     assert t.stats().live_tree_hit_rate == pytest.approx(0.30)
     assert feed(t, 100, tree_rate=0.15) == ["gated"]  # within a factor of 2 of the miniature: it tracks
-    lax, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, fidelity_factor=4.0)
+    lax, _ = tuner({"lru-no-ttl": 0.10, "gated": 0.30}, window_capacities=1.0, fidelity_factor=4.0)
     assert feed(lax, 500, tree_rate=0.30) == ["gated"]
 
 
 def test_it_decides_every_decision_interval():
-    t, _ = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=4.0, decide_capacities=3.0, min_capacities=0.0)
+    t, _ = tuner({"lru-no-ttl": 0.10, "gated": 0.30}, window_capacities=4.0, decide_capacities=3.0, min_capacities=0.0)
     feed(t, 1)  # warm-up
     assert feed(t, 29) == []  # 2,900 units: the first interval (3,000) has not ended
     assert feed(t, 1) == ["gated"]
 
 
 def test_the_rates_age_once_per_window_not_once_per_decision():
-    t, shadows = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=4.0, decide_capacities=1.0)
+    t, shadows = tuner({"lru-no-ttl": 0.10, "gated": 0.30}, window_capacities=4.0, decide_capacities=1.0)
     feed(t, 1 + 40)  # warm-up, then one window (4,000 units), halved at its end
     shadows["gated"].rate = 0.10
     feed(t, 10)  # one more decision, within the next window
@@ -229,16 +229,17 @@ def test_the_rates_age_once_per_window_not_once_per_decision():
 
 
 def test_a_workload_that_changes_moves_the_live_setting_back():
-    t, shadows = tuner({"lru": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=0.0)
+    t, shadows = tuner({"lru-no-ttl": 0.10, "gated": 0.30}, window_capacities=1.0, min_capacities=0.0)
     feed(t, 1)  # warm-up
     at = []  # the window each switch happened in
     for phase in range(4):  # the better setting changes every 20 windows (10 requests of 100 units each)
-        good, bad = ("gated", "lru") if phase % 2 == 0 else ("lru", "gated")
+        good, bad = ("gated", "lru-no-ttl") if phase % 2 == 0 else ("lru-no-ttl", "gated")
         shadows[good].rate, shadows[bad].rate = 0.40, 0.05
         for w in range(20):
             for name in feed(t, 10):
                 at.append((name, phase, w))
-    assert [(name, phase) for name, phase, _ in at] == [("gated", 0), ("lru", 1), ("gated", 2), ("lru", 3)]
+    assert [(name, phase) for name, phase, _ in at] == [
+        ("gated", 0), ("lru-no-ttl", 1), ("gated", 2), ("lru-no-ttl", 3)]
 
 
 class NoisyShadow:
@@ -262,9 +263,9 @@ def test_a_lead_within_the_sampling_noise_switches_far_less_and_a_clear_one_stil
         t = ShadowTuner(cfg, 1000, lambda s, c: NoisyShadow(rates[s.name], seed=len(s.name)))
         return feed(t, 4000)
 
-    noise = {"lru": 0.30, "gated": 0.31}
+    noise = {"lru-no-ttl": 0.30, "gated": 0.31}
     assert len(switches(noise, min_z=1.0)) * 3 <= len(switches(noise, min_z=0.0))  # 17 against 69 (seeded)
-    assert switches({"lru": 0.30, "gated": 0.45}, min_z=1.0) == ["gated"]
+    assert switches({"lru-no-ttl": 0.30, "gated": 0.45}, min_z=1.0) == ["gated"]
 
 
 @pytest.mark.parametrize("bad", [
