@@ -33,7 +33,8 @@ seeing only the nodes resident on its tier through a TierView (tier_views.py):
   chains at their first insert and serves them on one shadow per candidate setting; a shadow is this class on
   simulated pools (simulated_host), both tiers scaled by the sample rate, serving each request as the scheduler
   does (match, load back, evict, insert, acknowledge). A switch steers both tiers' policies at once: `lru`
-  (recency, every backup admitted) is stock HiCache's write-through LRU; `gated` the learned setting.
+  (recency, every backup admitted) is stock HiCache's write-through LRU, here with client TTLs honoured, since a
+  retained victim is demoted, not dropped (`tiers.shadow.HOST_TIER_SETTINGS`); `gated` the learned setting.
 - Counters per tier for `/tiers/stats` and Prometheus: hits (device / host / storage, from SGLang's own split
   of each request's cached prefix), host admissions and rejections, device evictions (demoted or dropped),
   host evictions, retention events, policy calls and their time.

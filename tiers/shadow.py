@@ -30,8 +30,8 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   difference between the two shadows on the same sampled requests (a paired test: windows hold a few hundred
   requests, and on traffic whose hits are few and large a lead of 0.01 can be noise). The live policy starts on
   the first setting (recency: on a device-only tree SGLang's own LRU, client TTLs ignored as SGLang ignores
-  them; with a host tier, stock HiCache's order with TTLs honoured: `DEFAULT_SETTINGS` and `HOST_TIER_SETTINGS` below), so while its
-  learner is cold (until the cache is full, below) the tier behaves as stock SGLang.
+  them; with a host tier, stock HiCache's order with TTLs honoured: `DEFAULT_SETTINGS`, `HOST_TIER_SETTINGS`),
+  so while its learner is cold (until the cache is full, below) the tier behaves as stock SGLang.
 - **The first switch** (`learned_on_tie`): until the miniatures are full they evict nothing and read the same
   rate, so the paired test cannot pass before the live tree is full too, and each capacity it then waits on
   recency gives back what the learned setting wins (rag and tenants rows: the first switch came at request
