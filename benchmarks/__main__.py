@@ -13,6 +13,7 @@ from benchmarks.cli_types import non_negative_float as _non_negative_float
 from benchmarks.cli_types import non_negative_int as _non_negative_int
 from benchmarks.cli_types import positive_int as _positive_int
 from benchmarks.cli_types import seed as _seed
+from benchmarks.cli_types import shadow_settings as _shadow_settings
 from benchmarks.cli_types import share as _share
 
 
@@ -38,6 +39,9 @@ def _add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shadow-rate", type=_share, default=None, metavar="FRACTION",
                    help="the project's policies: the server's --tier-shadow-rate (self-tuning from shadow caches; "
                         "default: the server's default; 0: off, the learned setting throughout)")
+    p.add_argument("--shadow-settings", type=_shadow_settings, default="", metavar="NAME[@BAR],...",
+                   help="the self-tuner's candidates, as the server's --tier-shadow-settings (default: the "
+                        "server's default for the tree replayed)")
     p.add_argument("--shadow-seed", type=_seed, default=0, metavar="N",
                    help="which prefix chains the self-tuner's sample takes (default 0, the server's sample); "
                         "another seed is another sample at the same rate: the spread over seeds is how much of "
@@ -160,6 +164,7 @@ def replay_config_from_args(args, policy: str, capacity: int):
         prefill_chunk_tokens=getattr(args, "prefill_chunk_tokens", 0),
         **({"shadow_rate": args.shadow_rate} if getattr(args, "shadow_rate", None) is not None else {}),
         shadow_seed=getattr(args, "shadow_seed", 0),
+        shadow_settings=getattr(args, "shadow_settings", ""),
     )
 
 

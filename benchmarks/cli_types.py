@@ -39,6 +39,19 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def shadow_settings(text: str) -> str:
+    """The self-tuner's candidates, as the server's --tier-shadow-settings takes them (tiers.shadow.parse_settings;
+    empty: the defaults)."""
+    from tiers.shadow import parse_settings
+
+    try:
+        if text:
+            parse_settings(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def seed(text: str) -> int:
     value = _integer(text)
     if not 0 <= value < 2**32:

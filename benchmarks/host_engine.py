@@ -214,6 +214,6 @@ def host_tier_engine(cfg, block_tokens: int, clock):
     bt = block_tokens
     engine = HostTierEngine(cfg.policy, cfg.capacity_tokens // bt, cfg.host_tokens // bt, clock, bt,
                             cfg.policy_config, cfg.radix_tokens_per_block, cfg.output_tokens,
-                            tuning_at(cfg.shadow_rate, cfg.shadow_seed, host_tier=True), cfg.block_first_tokens,
+                            tuning_at(cfg.shadow_rate, cfg.shadow_seed, True, cfg.shadow_settings), cfg.block_first_tokens,
                             cfg.prefill_chunk_tokens, cfg.host_pool_radix_tokens)
     return engine, HostTiers(engine, bt, cfg.peer_tokens // bt, cfg.lower_policy, clock)

@@ -55,6 +55,8 @@ class ReplayConfig:
     shadow_rate: float = TuningConfig.sample_rate
     # which chains its sample takes (tiers.shadow.TuningConfig.sample_seed; the server's is 0)
     shadow_seed: int = 0
+    # its candidates, the server's --tier-shadow-settings (tiers.shadow.parse_settings; empty: the defaults)
+    shadow_settings: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,8 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
         else:
             engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config,
                                  cfg.radix_tokens_per_block, cfg.output_tokens, cfg.prefill_chunk_tokens,
-                                 tuning_at(cfg.shadow_rate, cfg.shadow_seed), cfg.block_first_tokens)
+                                 tuning_at(cfg.shadow_rate, cfg.shadow_seed, settings=cfg.shadow_settings),
+                                 cfg.block_first_tokens)
         served = _serve(engine, lower if specs else None, reqs, cfg, clock, bt)
     return _result(trace, cfg, engine, lower, served, host_engine)
 
@@ -197,6 +200,7 @@ def _config(cfg: ReplayConfig, host_tier: Optional[str]) -> Dict[str, object]:
         "prefill_chunk_tokens": cfg.prefill_chunk_tokens,
         "shadow_rate": cfg.shadow_rate,
         "shadow_seed": cfg.shadow_seed,
+        "shadow_settings": cfg.shadow_settings,
         "host_tier": host_tier,
     }
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from tiers.shadow import TuningConfig, tuning_at
+from tiers.shadow import TuningConfig, parse_settings, tuning_at
 
 ENV_VAR = "SGLANG_EXT_TIER_CONFIG"
 MAX_PREFETCH_THRESHOLD = 1 << 20  # tokens: longer than any context, so "never ask the peer tier" is expressible
@@ -50,24 +50,21 @@ class TierConfigError(ValueError):
     """A `--tier-*` value is invalid; the message names the flag."""
 
 
-def check_policy_name(name: str) -> None:
+def check_policy_name(name: str) -> type:
     """A registered policy, or `package.module:Class` naming an importable `tiers.policy.Policy` subclass: checked
-    here, at launch, so that a typo fails naming the flag instead of in the scheduler's constructor."""
-    import importlib
+    here, at launch, so that a typo fails naming the flag instead of in the scheduler's constructor. Returns the
+    class."""
+    from tiers.policy import Policy, policy_class, policy_names
 
-    from tiers.policy import Policy, policy_names
-
-    if ":" not in name:
-        if name not in policy_names():
-            raise TierConfigError(f"--tier-policy: unknown policy {name!r}; choose one of {policy_names()}")
-        return
-    module, _, cls_name = name.partition(":")
+    if ":" not in name and name not in policy_names():
+        raise TierConfigError(f"--tier-policy: unknown policy {name!r}; choose one of {policy_names()}")
     try:
-        cls = getattr(importlib.import_module(module), cls_name)
+        cls = policy_class(name)
     except (ImportError, AttributeError, ValueError) as e:
         raise TierConfigError(f"--tier-policy: cannot load {name!r}: {e}") from None
     if not (isinstance(cls, type) and issubclass(cls, Policy)):
         raise TierConfigError(f"--tier-policy: {name!r} is not a tiers.policy.Policy subclass")
+    return cls
 
 
 @dataclass(frozen=True)
@@ -83,6 +80,9 @@ class TierConfig:
     peer_timeout_s: float = 2.0
     # least share of prefix chains the self-tuner's shadow caches see (tiers.shadow); 0: no self-tuning
     shadow_rate: float = TuningConfig.sample_rate
+    # the self-tuner's candidates, `NAME[@BAR],...` (tiers.shadow.parse_settings; the first is where the live tree
+    # starts); empty: the defaults of the tree (device only, or with a host tier)
+    shadow_settings: str = ""
     # the largest request body the HTTP process reads (every POST body is read whole, then parsed, before it is
     # checked): a body of 400 MiB cost the server 1.5 GB of memory, and parsing 256 MiB of token ids holds the HTTP
     # process 3.7 s; 64 MiB is far beyond a text prompt (a 128k-token prompt of ids is about 1 MiB)
@@ -94,10 +94,10 @@ class TierConfig:
     def tuning(self, host_tier: bool = False) -> Optional[TuningConfig]:
         """The self-tuner's settings for a device-only tree or one with a host tier (None: off, the policy runs as
         configured)."""
-        return tuning_at(self.shadow_rate, host_tier=host_tier)
+        return tuning_at(self.shadow_rate, host_tier=host_tier, settings=self.shadow_settings)
 
     def validate(self) -> "TierConfig":
-        check_policy_name(self.policy)
+        policy = check_policy_name(self.policy)
         if self.session_ttl_s is not None:
             from tiers.retention import validate_ttl_s
 
@@ -129,7 +129,24 @@ class TierConfig:
                 and 0 <= self.shadow_rate <= 1):
             raise TierConfigError(f"--tier-shadow-rate: must be a fraction in [0, 1] (0: no self-tuning), got "
                                   f"{self.shadow_rate!r}")
+        self._check_shadow_settings(policy)
         return self
+
+    def _check_shadow_settings(self, policy: type) -> None:
+        if not self.shadow_settings:
+            return
+        if not isinstance(self.shadow_settings, str):
+            raise TierConfigError(f"--tier-shadow-settings: want NAME[@BAR],..., got {self.shadow_settings!r}")
+        try:
+            parse_settings(self.shadow_settings)
+        except ValueError as e:
+            raise TierConfigError(f"--tier-shadow-settings: {e}") from None
+        if not self.shadow_rate:
+            raise TierConfigError("--tier-shadow-settings: the candidates need the self-tuner on "
+                                  "(--tier-shadow-rate above 0)")
+        if not callable(getattr(policy, "steer", None)):
+            raise TierConfigError(f"--tier-shadow-settings: policy {self.policy!r} cannot be steered between "
+                                  f"settings (the self-tuner runs on tinylfu)")
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -178,6 +195,12 @@ def add_tier_args(parser: argparse.ArgumentParser) -> None:
                        help="self-tuning: the least share of prefix chains replayed on shadow caches, one per "
                             "candidate setting, whose best the policy follows (on the device tier, and with "
                             "--enable-hierarchical-cache on both tiers; 0: off, the learned setting throughout)")
+    group.add_argument("--tier-shadow-settings", default="", metavar="NAME[@BAR],...",
+                       help="self-tuning: the candidate settings, each a shadow cache, the first where the live "
+                            "policy starts: lru-no-ttl (SGLang's LRU), lru (the same, client TTLs honoured), gated "
+                            "(the learned order with the reuse gate), gated-no-ttl; a gated one may name its gate "
+                            "bar, e.g. gated@0.5 (default: lru-no-ttl,gated,gated-no-ttl; with the host tier, "
+                            "lru,gated,gated-no-ttl)")
     group.add_argument("--tier-max-request-mb", type=int, default=TierConfig.max_request_mb, metavar="MIB",
                        help="answer a request whose body is larger with a 413, before reading the rest of it")
     group.add_argument("--tier-max-open-sessions", type=int, default=TierConfig.max_open_sessions, metavar="N",
@@ -197,6 +220,7 @@ def tier_config_from_args(args: argparse.Namespace) -> TierConfig:
         peer_prefetch_threshold=args.tier_peer_prefetch_threshold,
         peer_timeout_s=args.tier_peer_timeout,
         shadow_rate=args.tier_shadow_rate,
+        shadow_settings=args.tier_shadow_settings,
         max_request_mb=args.tier_max_request_mb,
         max_open_sessions=args.tier_max_open_sessions,
     ).validate()

@@ -116,17 +116,20 @@ def policy_names() -> List[str]:
     return sorted(_REGISTRY)
 
 
-def create_policy(name: str, capacity: int, clock: Optional[Clock] = None, **config) -> Policy:
-    """A policy by registered name, or by `package.module:ClassName` for an out-of-tree one."""
+def policy_class(name: str) -> Type[Policy]:
+    """The class of a registered name, or of `package.module:ClassName` for an out-of-tree one."""
     _load_builtin()
     if ":" in name:
         module, _, cls_name = name.partition(":")
-        cls = getattr(importlib.import_module(module), cls_name)
-    elif name in _REGISTRY:
-        cls = _REGISTRY[name]
-    else:
-        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(_REGISTRY))}")
-    return cls(capacity, clock=clock, **config)
+        return getattr(importlib.import_module(module), cls_name)
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(_REGISTRY))}")
+
+
+def create_policy(name: str, capacity: int, clock: Optional[Clock] = None, **config) -> Policy:
+    """A policy by registered name, or by `package.module:ClassName` for an out-of-tree one."""
+    return policy_class(name)(capacity, clock=clock, **config)
 
 
 def _load_builtin() -> None:

@@ -104,6 +104,38 @@ GATED_NO_TTL = Setting("gated-no-ttl", "learned", 0.3, honours_ttls=False)
 # candidate lost: one wrong switch to it cost 0.03 against LRU.
 DEFAULT_SETTINGS = (LRU, GATED, GATED_NO_TTL)
 HOST_TIER_SETTINGS = (RETAINING_LRU, GATED, GATED_NO_TTL)
+NAMED_SETTINGS = {s.name: s for s in (LRU, RETAINING_LRU, GATED, GATED_NO_TTL)}
+MAX_SETTINGS = 6  # each candidate is a shadow cache: the tuner's memory and CPU grow with their number
+
+
+def parse_settings(spec: str) -> Tuple[Setting, ...]:
+    """An operator's candidates, `NAME[@BAR],...` (the server's `--tier-shadow-settings`), the first the live
+    tree's start: NAME one of NAMED_SETTINGS; a learned one (`gated`, `gated-no-ttl`) may name its own gate bar,
+    a fraction in [0, 1] (`gated@0.5`). ValueError saying what is wrong."""
+    settings = []
+    for item in spec.split(","):
+        name, at, bar = item.strip().partition("@")
+        base = NAMED_SETTINGS.get(name)
+        if base is None:
+            raise ValueError(f"unknown setting {item.strip()!r}; choose from {', '.join(NAMED_SETTINGS)} "
+                             f"(a learned one may carry its gate bar: gated@0.5)")
+        if at:
+            if base.order != "learned":
+                raise ValueError(f"{item.strip()!r}: only a learned setting has a gate bar")
+            try:
+                threshold = float(bar)
+            except ValueError:
+                threshold = math.nan
+            if not 0.0 <= threshold <= 1.0:  # also refuses nan
+                raise ValueError(f"{item.strip()!r}: the gate bar must be a fraction in [0, 1]")
+            threshold += 0.0  # -0 is 0
+            base = Setting(f"{name}@{threshold:g}", base.order, threshold, base.honours_ttls)
+        settings.append(base)
+    if len(settings) > MAX_SETTINGS:
+        raise ValueError(f"at most {MAX_SETTINGS} settings (each is a shadow cache), got {len(settings)}")
+    if len({(s.order, s.gate_threshold, s.honours_ttls) for s in settings}) != len(settings):
+        raise ValueError(f"a setting is listed twice in {spec!r}")
+    return tuple(settings)
 
 
 @dataclass(frozen=True)
@@ -147,14 +179,16 @@ class TuningConfig:
             raise ValueError("min_shadow_requests must be >= 0 and warmup_requests >= 1")
 
 
-def tuning_at(sample_rate: float, sample_seed: int = 0, host_tier: bool = False) -> Optional[TuningConfig]:
+def tuning_at(sample_rate: float, sample_seed: int = 0, host_tier: bool = False,
+              settings: str = "") -> Optional[TuningConfig]:
     """The default tuning with `sample_rate` as its least rate (None for 0: no self-tuning), for a device-only
-    tree or one with a host tier below: the one rule the server's `--tier-shadow-rate` and the replay's
-    `--shadow-rate` share."""
+    tree or one with a host tier below, with the candidates `settings` names (`parse_settings`; empty: the
+    tree's defaults): the one rule the server's `--tier-shadow-*` and the replay's `--shadow-*` share."""
     if not sample_rate:
         return None
+    candidates = parse_settings(settings) if settings else HOST_TIER_SETTINGS if host_tier else DEFAULT_SETTINGS
     return TuningConfig(sample_rate=sample_rate, max_rate=max(sample_rate, TuningConfig.max_rate),
-                        sample_seed=sample_seed, settings=HOST_TIER_SETTINGS if host_tier else DEFAULT_SETTINGS)
+                        sample_seed=sample_seed, settings=candidates)
 
 
 @dataclass(frozen=True)

@@ -28,14 +28,19 @@ def conversation_slice():
     return load_trace("conversation", limit=1500)
 
 
-@pytest.mark.parametrize("workload", ["conversation", "tenants-with-ttls"])
+@pytest.mark.parametrize("workload", ["conversation", "tenants-with-ttls", "tenant-chat"])
 def test_the_recency_setting_is_sglangs_lru_to_the_token(workload, conversation_slice):
     """Guards the setting the device-only tuner starts on: `tinylfu` steered to recency must be stock SGLang's
     LRU, or the tuner's "never below LRU" would rest on another algorithm; also where every row carries a client
     TTL, which SGLang has no notion of (honouring them there cost API-like traffic hits against SGLang's LRU
-    until the first switch)."""
+    until the first switch), and on multi-turn sessions whose turns split nodes (a split's back part is as old
+    as the request before it in ticks: ranked by class, not placement, recency evicted another leaf of that age
+    first, and served these 253 rows 0.7575 against SGLang's 0.7538)."""
     if workload == "conversation":
         trace, capacity = conversation_slice, 4_000_000
+    elif workload == "tenant-chat":
+        config = GenConfig(seed=2, sessions=60, **KIND_DEFAULTS["tenant-chat"])
+        trace, capacity = parse_rows(generate_rows("tenant-chat", config)), 50_000
     else:
         trace, capacity = parse_rows(generate_rows("tenants", GenConfig(seed=1, requests=600))), 250_000
         assert all(req.ttl_s for req in trace.requests)
@@ -62,6 +67,31 @@ def test_where_the_learned_order_loses_to_lru_the_default_stays_within_0_002_of_
     assert default.token_hit_rate >= lru - 0.002
     # no row carries a TTL: the learned setting that ignores TTLs would be its twin, so it has no shadow
     assert default.tuning["sampled_requests"] > 0 and set(default.tuning["shadow_hit_rates"]) == {LRU.name, GATED.name}
+
+
+def test_the_operators_candidates_reach_the_tuner_in_the_replay_and_the_server(conversation_slice, monkeypatch):
+    """`--shadow-settings`, the server's `--tier-shadow-settings`, picks what the tuner compares: recency alone
+    never leaves SGLang's LRU; a learned candidate at a bar of its own is measured, and followed, under its name."""
+    from benchmarks.__main__ import build_parser, replay_config_from_args
+    from sglang_ext.launch_server import split_tier_args
+    from sglang_ext.tier_config import ENV_VAR, TierConfig
+    from tiers.shadow import parse_settings
+
+    spec = "lru-no-ttl,gated@0.5"
+    args = build_parser().parse_args(["replay", "--trace", "conversation", "--policy", "tinylfu", "--capacity-tokens",
+                                      "4e6", "--shadow-settings", spec])
+    two = replay(conversation_slice, replay_config_from_args(args, "tinylfu", 4_000_000))
+    alone = replay(conversation_slice, ReplayConfig("tinylfu", 4_000_000, shadow_settings="lru-no-ttl"))
+    stock = replay(conversation_slice, ReplayConfig("lru", 4_000_000))
+    assert set(two.tuning["shadow_hit_rates"]) == {"lru-no-ttl", "gated@0.5"} and two.config["shadow_settings"] == spec
+    assert two.tuning["live"] == "gated@0.5" and two.token_hit_rate != stock.token_hit_rate
+    assert alone.tuning["switches"] == 0 and set(alone.tuning["shadow_hit_rates"]) == {"lru-no-ttl"}
+    assert alone.token_hit_rate == pytest.approx(stock.token_hit_rate, abs=1e-12)
+    # the server: the flag, through the environment its scheduler reads, to the tuner the cache builds
+    config, _ = split_tier_args(["--tier-shadow-settings", spec, "--model-path", "m"])
+    monkeypatch.setenv(ENV_VAR, config.to_env())
+    assert TierConfig.from_env().tuning().settings == TierConfig.from_env().tuning(host_tier=True).settings
+    assert TierConfig.from_env().tuning().settings == parse_settings(spec)
 
 
 def test_the_replay_flag_sets_the_servers_rate_and_zero_turns_the_tuner_off():

@@ -82,6 +82,29 @@ def good_policy(text: str) -> bool:
     return isinstance(cls, type) and issubclass(cls, Policy)
 
 
+def good_settings(text: str) -> bool:
+    """Empty (the defaults), or up to six distinct candidates: a recency name, or a learned one with an optional
+    gate bar in [0, 1] (its default 0.3: `gated@0.3` is `gated`)."""
+    if not text:
+        return True
+    default_bar = {"lru-no-ttl": None, "lru": None, "gated": 0.3, "gated-no-ttl": 0.3}
+    items, seen = text.split(","), set()
+    for item in items:
+        name, at, bar = item.strip().partition("@")
+        if name not in default_bar or (at and default_bar[name] is None):
+            return False
+        value = default_bar[name]
+        if at:
+            try:
+                value = float(bar)
+            except ValueError:
+                return False
+            if not 0 <= value <= 1:
+                return False
+        seen.add((name.removesuffix("-no-ttl"), value, name.endswith("-no-ttl")))
+    return len(items) <= 6 and len(seen) == len(items)
+
+
 CASES = {
     "--tier-session-ttl": good_ttl,
     "--tier-retention-budget": good_budget,
@@ -89,6 +112,7 @@ CASES = {
     "--tier-peers": good_peers,
     "--tier-peer-prefetch-threshold": good_threshold,
     "--tier-shadow-rate": good_share,
+    "--tier-shadow-settings": good_settings,
     "--tier-peer-timeout": good_timeout,
     "--tier-max-request-mb": good_request_mb,
     "--tier-max-open-sessions": good_threshold,  # a whole number in 1..2**20, as the threshold
@@ -111,6 +135,12 @@ def check(flag: str, value: str) -> None:
 @example(flag="--tier-policy", value=":")  # found by this test: a ':' names no class
 @example(flag="--tier-policy", value="0:")
 @example(flag="--tier-policy", value="tiers.policies.stock:LRUPolicy")
+@example(flag="--tier-shadow-settings", value="lru-no-ttl,gated,gated@0.5,gated-no-ttl@0")
+@example(flag="--tier-shadow-settings", value="gated, gated@0.30")  # the same setting twice
+@example(flag="--tier-shadow-settings", value="lru@0.5")
+@example(flag="--tier-shadow-settings", value="gated@nan")
+@example(flag="--tier-shadow-settings", value="gated@-0")
+@example(flag="--tier-shadow-settings", value="gated@1,gated@0.9,gated@0.8,gated@0.7,gated@0.6,gated@0.5,gated@0.4")
 def test_every_bad_tier_value_is_an_error_naming_the_flag(flag, value):
     check(flag, value)
 
@@ -132,6 +162,9 @@ def test_peer_lists(value):
     (["--tier-peers", "h:²"], "--tier-peers"),
     (["--tier-shadow-rate", "nan"], "--tier-shadow-rate"),
     (["--tier-shadow-rate", "1.5"], "--tier-shadow-rate"),
+    (["--tier-shadow-settings", "gated,,lru"], "--tier-shadow-settings"),
+    (["--tier-shadow-settings", "gated", "--tier-shadow-rate", "0"], "--tier-shadow-settings"),  # no tuner to use them
+    (["--tier-shadow-settings", "gated", "--tier-policy", "lru"], "--tier-shadow-settings"),  # nothing to steer
     (["--tier-max-request-mb", "0"], "--tier-max-request-mb"),
     (["--tier-max-request-mb", "0.5"], "--tier-max-request-mb"),
     (["--tier-max-open-sessions", "0"], "--tier-max-open-sessions"),

@@ -188,7 +188,7 @@ class _EveryEntryByDensity(TinyLFUPolicy):
 
     def victims(self, size, protected=lambda e: False, parked=True):
         now, h = self.now, self._horizon()
-        hits, events, ph, pe = self._estimates()
+        hits, events, ph, pe = self.hits, self.events, self.prior_hits, self.prior_events
 
         def rank(n):
             c = n.region

@@ -1,8 +1,11 @@
 """The self-tuner (tiers/shadow.py): which chains it samples, how it sizes its shadows, when it switches."""
 
+import re
+
 import pytest
 
-from tiers.shadow import LRU, ChainSampler, Setting, ShadowTuner, TuningConfig, tuning_at
+from tiers.shadow import (DEFAULT_SETTINGS, HOST_TIER_SETTINGS, LRU, ChainSampler, Setting, ShadowTuner, TuningConfig,
+                          parse_settings, tuning_at)
 
 GATED = Setting("gated", True, 0.3)
 
@@ -285,6 +288,29 @@ def test_tuning_at_zero_is_off_and_a_high_rate_lifts_the_cap():
     assert tuning_at(1 / 16) == TuningConfig()
     assert tuning_at(0.5).max_rate == 0.5
     assert tuning_at(1 / 16, 9).sample_seed == 9
+
+
+def test_an_operators_candidates_are_named_settings_and_learned_ones_may_carry_their_gate_bar():
+    settings = parse_settings(" lru-no-ttl, gated@0.5 ,gated-no-ttl@0,gated")
+    assert [(s.name, s.order, s.gate_threshold, s.honours_ttls) for s in settings] == [
+        ("lru-no-ttl", "recency", 0.0, False), ("gated@0.5", "learned", 0.5, True),
+        ("gated-no-ttl@0", "learned", 0.0, False), ("gated", "learned", 0.3, True)]
+    assert parse_settings("lru,gated,gated-no-ttl") == HOST_TIER_SETTINGS
+    assert tuning_at(1 / 16, settings="gated,lru-no-ttl").settings == parse_settings("gated,lru-no-ttl")
+    assert tuning_at(1 / 16, host_tier=True, settings="gated").settings == parse_settings("gated")
+    assert tuning_at(1 / 16, host_tier=True).settings == HOST_TIER_SETTINGS  # empty: the tree's defaults
+    assert tuning_at(1 / 16).settings == DEFAULT_SETTINGS
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("", "unknown setting ''"), ("gated,", "unknown setting ''"), ("frequency", "unknown setting 'frequency'"),
+    ("lru@0.5", "only a learned setting"), ("gated@", "fraction in [0, 1]"), ("gated@1.5", "fraction in [0, 1]"),
+    ("gated@nan", "fraction in [0, 1]"), ("gated@-0.1", "fraction in [0, 1]"), ("gated@0.3,gated", "listed twice"),
+    (",".join(f"gated@{b / 10}" for b in range(7)), "at most 6"),
+])
+def test_a_bad_candidate_list_is_refused_saying_why(spec, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_settings(spec)
 
 
 def test_a_shadow_policy_classes_sizes_against_the_live_capacity_and_weighs_its_priors_by_the_rate():

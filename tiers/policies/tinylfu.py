@@ -47,8 +47,9 @@ entries and keeps TinyLFU's admission contest around it:
   learns.
 
 - Orders (`steer`, driven by the tier's self-tuner, tiers/shadow.py): "learned" is all of the above;
-  "recency" ranks by age alone and admits everything (SGLang's LRU, to the token). The classes, ghosts and the
-  gate learn in either order, so a switch back to "learned" finds them trained.
+  "recency" ranks by placement alone (age, then the order entries were placed in: SGLang stamps a split's back
+  part after the request before it) and admits everything (SGLang's LRU, to the token). The classes, ghosts and
+  the gate learn in either order, so a switch back to "learned" finds them trained.
 
 `victims()` changes no state. A flat tier (parent=None) gets depth 1 for every entry: classes by size and
 reuse.
@@ -65,7 +66,7 @@ from bisect import bisect_left, insort
 from collections import OrderedDict
 from heapq import heapify, heappop, heapreplace, merge
 from itertools import compress, count
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Callable, Hashable, Iterable, List, Optional
 
 from tiers.clock import Clock
@@ -80,6 +81,7 @@ _SIZE_EDGES = (8, 23, 85)
 _SIZE_EDGE_SCALE = 10_000
 ORDERS = ("learned", "recency")  # what `steer` can switch between
 _first, _second = itemgetter(0), itemgetter(1)
+_placed = attrgetter("placed")
 
 
 @register_policy("tinylfu")
@@ -161,7 +163,6 @@ class TinyLFUPolicy(Policy):
         # steered by the tier's shadow tuner (tiers/shadow.py): "recency" ranks by age alone and admits all (SGLang's
         # LRU); the classes, ghosts and the gate keep learning in either order
         self.order, self.learned = "learned", True
-        self._flat = [0.0] * n_classes  # the estimates recency order uses: every class's probability is 1
         # TinyLFU's contest per key, at the root level (margin 0: none; 1: TinyLFU's rule)
         self.contest = KeyContest(frequency_period, frequency_margin)
 
@@ -173,12 +174,6 @@ class TinyLFUPolicy(Policy):
         self.order = order
         self.learned = order == "learned"
         self.gate.threshold = gate_threshold
-
-    def _estimates(self):
-        """(hits, events, prior hits, prior events) the decisions rank by."""
-        if self.learned:
-            return self.hits, self.events, self.prior_hits, self.prior_events
-        return self._flat, self._flat, 1.0, 1.0
 
     # --- classes and their learned reuse probability ---
     # The hot paths (notifications, record, admit, victims) inline these helpers with locals: they run
@@ -462,21 +457,32 @@ class TinyLFUPolicy(Policy):
     def victims(self, size: int, protected: Callable[[Hashable], bool] = lambda e: False,
                 parked: bool = True) -> List[Hashable]:
         """`parked=False`: parked entries are neither offered nor walked past."""
-        now = self.now
-        h = self._horizon()
-        hits, events, ph, pe = self._estimates()
-
-        def rank(n):  # (density, class): ties go by class, in the order and in the selection's heap alike
-            c = n.region
-            return (hits[c] + ph) / (events[c] + pe) / (now - n.tick + h), c
-
         lists = self._leaves
         if parked and self._n_parked:  # a class's two lists walked as one, in placement order
             lists = [(a, b) if a and b else a or b for a, b in zip(self._leaves, self._parked)]
         if not parked:  # nor taken when the selection frees their last child
             nodes, unparked = self.index.nodes, protected
             protected = lambda e: unparked(e) or nodes[e].parked  # noqa: E731
+        if not self.learned:
+            return select_leaves(self.index, size, protected, self._age_order(lists), _placed, yields_inner=False)
+        now = self.now
+        h = self._horizon()
+        hits, events, ph, pe = self.hits, self.events, self.prior_hits, self.prior_events
+
+        def rank(n):  # (density, class): ties go by class, in the order and in the selection's heap alike
+            c = n.region
+            return (hits[c] + ph) / (events[c] + pe) / (now - n.tick + h), c
+
         return select_leaves(self.index, size, protected, self._order(now, h, lists), rank, yields_inner=False)
+
+    def _age_order(self, lists):
+        """(placement, leaf), oldest first: recency's order, every class's lists merged by placement. Ties of age
+        go by placement, not by class: a split's back part starts at the tick of the request before the one that
+        split it (SGLang's match_prefix splits before the request is recorded), as old as that request's new
+        leaf, and SGLang's LRU stamps it later."""
+        nodes = self.index.nodes
+        sources = [x for src in lists if src for x in (src if type(src) is tuple else (src,))]
+        return ((placed, nodes[e]) for placed, e in merge(*sources, key=_first))
 
     def _order(self, now: int, h: float, lists):
         """((density, class), leaf), lowest first: a heap over the cold end of each class's list in `lists`
@@ -484,7 +490,7 @@ class TinyLFUPolicy(Policy):
         whether or not some of it is parked). Only the lists the selection reaches are walked, so a query costs
         O(classes) plus the victims taken."""
         nodes = self.index.nodes
-        hits, events, ph, pe = self._estimates()
+        hits, events, ph, pe = self.hits, self.events, self.prior_hits, self.prior_events
         heap = []
         append = heap.append
         for c in compress(range(len(lists)), lists):  # the non-empty classes
