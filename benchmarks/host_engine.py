@@ -212,8 +212,8 @@ class HostTiers:
 def host_tier_engine(cfg, block_tokens: int, clock):
     """(engine, the tiers below it) for the replay loop, from a ReplayConfig whose host tier is on."""
     bt = block_tokens
+    tuning = tuning_at(cfg.shadow_rate, cfg.shadow_seed, host_tier=True, settings=cfg.shadow_settings)
     engine = HostTierEngine(cfg.policy, cfg.capacity_tokens // bt, cfg.host_tokens // bt, clock, bt,
-                            cfg.policy_config, cfg.radix_tokens_per_block, cfg.output_tokens,
-                            tuning_at(cfg.shadow_rate, cfg.shadow_seed, True, cfg.shadow_settings), cfg.block_first_tokens,
-                            cfg.prefill_chunk_tokens, cfg.host_pool_radix_tokens)
+                            cfg.policy_config, cfg.radix_tokens_per_block, cfg.output_tokens, tuning,
+                            cfg.block_first_tokens, cfg.prefill_chunk_tokens, cfg.host_pool_radix_tokens)
     return engine, HostTiers(engine, bt, cfg.peer_tokens // bt, cfg.lower_policy, clock)

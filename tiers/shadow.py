@@ -113,21 +113,21 @@ def parse_settings(spec: str) -> Tuple[Setting, ...]:
     tree's start: NAME one of NAMED_SETTINGS; a learned one (`gated`, `gated-no-ttl`) may name its own gate bar,
     a fraction in [0, 1] (`gated@0.5`). ValueError saying what is wrong."""
     settings = []
-    for item in spec.split(","):
-        name, at, bar = item.strip().partition("@")
+    for item in (item.strip() for item in spec.split(",")):
+        name, at, bar = item.partition("@")
         base = NAMED_SETTINGS.get(name)
         if base is None:
-            raise ValueError(f"unknown setting {item.strip()!r}; choose from {', '.join(NAMED_SETTINGS)} "
+            raise ValueError(f"unknown setting {item!r}; choose from {', '.join(NAMED_SETTINGS)} "
                              f"(a learned one may carry its gate bar: gated@0.5)")
         if at:
             if base.order != "learned":
-                raise ValueError(f"{item.strip()!r}: only a learned setting has a gate bar")
+                raise ValueError(f"{item!r}: only a learned setting has a gate bar")
             try:
                 threshold = float(bar)
             except ValueError:
                 threshold = math.nan
             if not 0.0 <= threshold <= 1.0:  # also refuses nan
-                raise ValueError(f"{item.strip()!r}: the gate bar must be a fraction in [0, 1]")
+                raise ValueError(f"{item!r}: the gate bar must be a fraction in [0, 1]")
             threshold += 0.0  # -0 is 0
             base = Setting(f"{name}@{threshold:g}", base.order, threshold, base.honours_ttls)
         settings.append(base)

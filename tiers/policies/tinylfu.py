@@ -160,8 +160,8 @@ class TinyLFUPolicy(Policy):
         # capacities of traffic is declined outright (threshold 0: the gate always passes, v3 as it was)
         self.gate = ReuseGate(capacity, threshold=gate_threshold, horizon=gate_horizon, class_capacity=class_capacity,
                               prior_hits=1.0 * prior_weight, prior_events=3.0 * prior_weight)
-        # steered by the tier's shadow tuner (tiers/shadow.py): "recency" ranks by age alone and admits all (SGLang's
-        # LRU); the classes, ghosts and the gate keep learning in either order
+        # steered by the tier's shadow tuner (tiers/shadow.py): "recency" ranks by placement alone and admits all
+        # (SGLang's LRU); the classes, ghosts and the gate keep learning in either order
         self.order, self.learned = "learned", True
         # TinyLFU's contest per key, at the root level (margin 0: none; 1: TinyLFU's rule)
         self.contest = KeyContest(frequency_period, frequency_margin)
