@@ -175,11 +175,23 @@ def split_tier_args(argv: List[str]):
     # every other bad value, instead of argparse exiting from inside a library call.
     ours = argparse.ArgumentParser(prog="python -m sglang_ext.launch_server", add_help=False, exit_on_error=False)
     add_tier_args(ours)
+    _check_one_value_each(argv, ours)
     try:
         tier_args, rest = ours.parse_known_args(argv)
         return tier_config_from_args(tier_args), rest
     except (argparse.ArgumentError, ValueError) as e:
         raise LaunchError(str(e)) from None
+
+
+def _check_one_value_each(argv: List[str], parser: argparse.ArgumentParser) -> None:
+    """A `--tier-*` flag that takes a value takes one. A YAML list in `--config` (`tier-peers: [a, b]`) is spliced
+    into argv as several words; argparse would take the first and leave the rest to SGLang, whose "unrecognized
+    arguments" names no flag."""
+    one_value = {opt for action in parser._actions if action.nargs is None for opt in action.option_strings}
+    for i, word in enumerate(argv[:-2]):
+        if word in one_value and not argv[i + 2].startswith("-"):
+            raise LaunchError(f"{word}: takes one value, got {argv[i + 1]!r} and then {argv[i + 2]!r} (a list in "
+                              f"--config? give one comma-separated string)")
 
 
 def refuse_unchecked_entry_points(server_args) -> None:

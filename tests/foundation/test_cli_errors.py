@@ -50,3 +50,16 @@ def test_tier_keys_in_config_file_reach_the_tier_config(tmp_path):
     tier, rest = split_tier_args(["--config", str(config)])
     assert (tier.policy, tier.session_ttl_s) == ("lru", 300.0)
     assert "--max-total-tokens" in rest and not any(a.startswith("--tier-") for a in rest)
+
+
+@pytest.mark.parametrize("line, flag", [("tier-peers: ['h:1', 'h:2']", "--tier-peers"),
+                                        ("tier-shadow-settings: [gated, lru]", "--tier-shadow-settings")])
+def test_a_list_for_a_one_value_tier_key_in_a_config_file_is_named(tmp_path, line, flag):
+    """SGLang's config merger splices a YAML list in as several words: the first would be the flag's value and the
+    rest SGLang's "unrecognized arguments", naming no flag (and the peers after the first silently dropped)."""
+    from sglang_ext.launch_server import LaunchError, split_tier_args
+
+    config = tmp_path / "server.yaml"
+    config.write_text(f"{line}\nmax-total-tokens: 2048\n")
+    with pytest.raises(LaunchError, match=f"^{flag}: takes one value"):
+        split_tier_args(["--config", str(config)])
