@@ -28,9 +28,11 @@ from pydantic import ValidationError
 MAX_NAME_LEN = 256  # a cache salt or a session id
 MAX_SAMPLES = 128  # `n` per prompt, OpenAI's own limit; a batch of prompts multiplies it
 MAX_FANOUT = 4096  # prompts x n in one request
+_ABSENT = object()  # a field the body does not have, which is not the same as a null
 
 # The API-facing fields of SGLang's SamplingParams (sglang/srt/sampling/sampling_params.py, 0.5.20) and the JSON
-# types each takes (None is always allowed). Its internal fields are not here, so a client cannot set them.
+# types each takes (None is allowed, but for `n`: check_fanout). Its internal fields are not here, so a client
+# cannot set them.
 INT, NUM, STR, BOOL = "an integer", "a number", "a string", "a boolean"
 STRS, INTS, OBJ = "a string or a list of strings", "a list of integers", "an object"
 BIAS = "an object of numbers of at most 3.4e38 in size"
@@ -176,7 +178,9 @@ def check_stop_regex(patterns: Any, field: str) -> None:
 
 
 def _samples(value: Any, field: str) -> int:
-    if value is None:
+    """The completions `n` asks for: 1 if absent. A null is refused, not read as absent: SGLang's /generate reads
+    `sampling_params["n"]` as given and compared None with 1, a 500 (the OpenAI routes' schema refuses it too)."""
+    if value is _ABSENT:
         return 1
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # pydantic takes 2.0 for 2; so do we, and bound it
@@ -189,11 +193,11 @@ def check_fanout(body: dict, route: str) -> None:
     """Bound the copies SGLang builds in the HTTP process: `n` per prompt, and prompts x `n` per request."""
     if route == "/generate":
         params = body.get("sampling_params")
-        per = [_samples(p.get("n") if isinstance(p, dict) else None, "sampling_params.n")
+        per = [_samples(p.get("n", _ABSENT) if isinstance(p, dict) else _ABSENT, "sampling_params.n")
                for p in _as_list(params)]
         batch = _prompt_count(body) or 1
     else:
-        per = [_samples(body.get("n"), "n")]
+        per = [_samples(body.get("n", _ABSENT), "n")]
         batch = _completion_prompt_count(body) or 1
     n = max(per, default=1)
     if batch * n > MAX_FANOUT:

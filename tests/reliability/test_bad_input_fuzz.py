@@ -233,6 +233,8 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     ("/v1/messages", dict(CHAT_BODY, top_k=3 * 10**9)),
     ("/api/generate", {"model": "default", "prompt": "hi", "stream": False,
                        "options": {"top_k": 3 * 10**9, "num_predict": 1}}),
+    # a 500 the fuzz found (2026-12-06): SGLang's /generate compares `n` with 1 as given
+    ("/generate", {"text": "hi", "sampling_params": dict(ONE_TOKEN, n=None)}),
 ])
 def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, route, body):
     before = settled_stats(fuzzed)

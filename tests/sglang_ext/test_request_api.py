@@ -110,6 +110,9 @@ def test_known_sampling_params_pass_unchanged():
 @pytest.mark.parametrize("route, body", [
     ("/generate", {"text": "x", "sampling_params": {"n": 10**9}}),
     ("/generate", {"text": "x", "sampling_params": {"n": 0}}),
+    ("/generate", {"text": "x", "sampling_params": {"n": None}}),  # SGLang compared None with 1: a 500
+    ("/generate", {"text": ["x", "y"], "sampling_params": [{"n": 2}, {"n": None}]}),
+    ("/v1/completions", {"prompt": "x", "n": None}),
     ("/v1/chat/completions", {"messages": [], "n": 1e9}),
     ("/v1/completions", {"prompt": "x", "n": MAX_SAMPLES + 1}),
     ("/generate", {"text": ["x"] * (MAX_FANOUT // 2 + 1), "sampling_params": {"n": 2}}),
