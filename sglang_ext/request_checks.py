@@ -78,8 +78,11 @@ MAX_CHARS_PER_TOKEN = 32
 MAX_STOP_REGEX_BYTES = 256  # SGLang's MAX_STOP_REGEX_LEN
 FLOAT32_MAX = 3.4028234663852886e38  # a logit bias SGLang writes into a float32 tensor must fit one
 
-# GenerateReqInput fields that SGLang's own processes fill in; a client that sends one is refused.
-SERVER_SET_FIELDS = ("http_worker_ipc", "received_time", "num_items_assigned", "need_wait_for_mm_inputs")
+# GenerateReqInput fields that SGLang's own processes fill in (`lora_id`: the tokenizer manager's, from `lora_path`)
+# or that only the Python engine can give (`positional_embed_overrides`: tensors); a client that sends one is refused.
+# SGLang passes the last two to the scheduler as sent: a list for `lora_id`, or a number for the overrides, stopped it.
+SERVER_SET_FIELDS = ("http_worker_ipc", "received_time", "num_items_assigned", "need_wait_for_mm_inputs", "lora_id",
+                     "positional_embed_overrides")
 
 
 class BadRequest(ValueError):

@@ -5,9 +5,10 @@ vocabulary, and huge or deeply nested JSON. Every answer is a 200 or a 4xx with 
 deadline (never a 5xx, never a hang); after a 4xx, `/tiers/stats` is exactly what it was before; the server still
 answers afterwards, and no request without `cache_control` ever retains anything."""
 
+import dataclasses
 import json
-import urllib.request
 import time
+import urllib.request
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -233,14 +234,43 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     ("/v1/messages", dict(CHAT_BODY, top_k=3 * 10**9)),
     ("/api/generate", {"model": "default", "prompt": "hi", "stream": False,
                        "options": {"top_k": 3 * 10**9, "num_predict": 1}}),
-    # a 500 the fuzz found (2026-12-06): SGLang's /generate compares `n` with 1 as given
+    # a 500 the fuzz found (2026-12-06): SGLang's /generate compares `n` with 1 as given; and two fields a sweep of
+    # every GenerateReqInput field found (below), each of which stopped the scheduler
     ("/generate", {"text": "hi", "sampling_params": dict(ONE_TOKEN, n=None)}),
+    ("/generate", {"text": "hi", "sampling_params": ONE_TOKEN, "lora_id": []}),
+    ("/generate", {"text": "hi", "sampling_params": ONE_TOKEN, "positional_embed_overrides": -1}),
 ])
 def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, route, body):
     before = settled_stats(fuzzed)
     status, answer = fuzzed.post_status(route, body, timeout=ANSWER_DEADLINE_S)
     assert status == 400 and message_of(answer), f"{status}: {answer}"
     assert stats_now(fuzzed) == before
+    alive, _ = fuzzed.post_status("/generate", {"text": "still there", "sampling_params": ONE_TOKEN},
+                                  timeout=ANSWER_DEADLINE_S)
+    assert alive == 200
+
+
+ODD_VALUES = ([], -1, {"a": None}, "x", 2**63)  # a type or a size no field of /generate expects all of
+
+
+def generate_fields() -> list:
+    """Every top-level field of SGLang's /generate body but the prompt and its sampling params."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    return [f.name for f in dataclasses.fields(GenerateReqInput) if f.name not in ("text", "input_ids", "sampling_params")]
+
+
+def test_every_generate_field_with_an_odd_value_is_answered_and_the_scheduler_lives(fuzzed):
+    """A sweep of every field SGLang's GenerateReqInput has, each with values of the wrong type or size: never a 5xx,
+    and the server answers afterwards (2026-12-06: a list for `lora_id`, or a number for `positional_embed_overrides`,
+    stopped the scheduler; the fuzz above draws only sampling and OpenAI fields)."""
+    fields = generate_fields()
+    assert "lora_id" in fields and len(fields) > 30  # the sweep reads SGLang's own list
+    for field in fields:
+        for value in ODD_VALUES:
+            body = {"text": "sweep", "sampling_params": ONE_TOKEN, field: value}
+            status, answer = fuzzed.post_status("/generate", body, timeout=ANSWER_DEADLINE_S)
+            assert status == 200 or 400 <= status < 500, f"{status} for {field}={value!r}: {answer}"
     alive, _ = fuzzed.post_status("/generate", {"text": "still there", "sampling_params": ONE_TOKEN},
                                   timeout=ANSWER_DEADLINE_S)
     assert alive == 200

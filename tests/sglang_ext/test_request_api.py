@@ -100,6 +100,15 @@ def test_generate_sampling_params_of_unknown_fields_or_types_are_a_400(sampling,
     assert status == 400 and field in out["message"]
 
 
+@pytest.mark.parametrize("field, value", [("lora_id", []), ("lora_id", "adapter"), ("positional_embed_overrides", -1),
+                                          ("received_time", 1.0)])
+def test_generate_fields_the_server_sets_are_a_400(field, value):
+    """SGLang took `lora_id` and `positional_embed_overrides` from the body to the scheduler, which a list or a number
+    there stopped; the tokenizer manager sets the first, only the Python engine the second."""
+    status, out = forwarded("/generate", {"text": "x", field: value})
+    assert status == 400 and field in out["message"]
+
+
 def test_known_sampling_params_pass_unchanged():
     sampling = {"max_new_tokens": 4, "temperature": 0, "top_p": 0.9, "stop": ["a"], "n": 2, "ignore_eos": True,
                 "logit_bias": {"5": -1.5}, "custom_params": {"k": 1}, "json_schema": None}
