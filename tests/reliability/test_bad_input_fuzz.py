@@ -257,7 +257,8 @@ def generate_fields() -> list:
     """Every top-level field of SGLang's /generate body but the prompt and its sampling params."""
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    return [f.name for f in dataclasses.fields(GenerateReqInput) if f.name not in ("text", "input_ids", "sampling_params")]
+    prompt = ("text", "input_ids", "sampling_params")
+    return [f.name for f in dataclasses.fields(GenerateReqInput) if f.name not in prompt]
 
 
 def test_every_generate_field_with_an_odd_value_is_answered_and_the_scheduler_lives(fuzzed):
