@@ -70,6 +70,8 @@ CACHE_HOOKS = (
     _hook("sglang.srt.managers.tokenizer_manager", "TokenizerManager._create_tokenized_object",
           "self, obj, input_text, input_ids, input_embeds, mm_inputs, token_type_ids",
           "hooked: the last check before the scheduler (scheduler_guard)"),
+    _hook("sglang.srt.managers.tokenizer_manager", "TokenizerManager._validate_one_request", "self, obj, input_ids",
+          "hooked: SGLang's own refusals are a 400 on every route (scheduler_guard)"),
 )
 HTTP_HOOKS = (
     _hook("sglang.srt.entrypoints.http_server", "_global_state", None, "read: /tiers/stats"),

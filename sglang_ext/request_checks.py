@@ -60,7 +60,26 @@ DETOKENIZE_ROUTES = ("/detokenize", "/v1/detokenize")
 # Vertex AI's predict route: SGLang builds a /generate request of its `instances` and `parameters` (the same variable
 # names the route in SGLang's http_server)
 VERTEX_ROUTE = os.environ.get("AIP_PREDICT_ROUTE", "/vertex_generate")
-CHECKED_ROUTES = (*DETOKENIZE_ROUTES, *SESSION_ROUTES, VERTEX_ROUTE)  # besides request_api.CARRIED_ROUTES
+# The embedding and reward routes (SGLang's EmbeddingReqInput, and the OpenAI routes that build one) and the field
+# that holds their prompts: a list `rid` for one prompt (or of another length) was a TypeError in SGLang, a 500.
+EMBEDDING_ROUTES = {"/encode": "text", "/classify": "text", "/v1/embeddings": "input", "/v1/classify": "input"}
+# Lists that must not be empty, by route: Anthropic's token count renders the chat template on the messages as sent
+# (none at all was an IndexError; /v1/messages refuses that itself), and a score of no label tokens failed after the
+# model had run (a RuntimeError). Each was a 500.
+NON_EMPTY_FIELDS = {"/v1/messages/count_tokens": "messages", "/v1/score": "label_token_ids"}
+# Ollama's routes (the same variables SGLang's http_server reads) pass the `options` below to SamplingParams as
+# sent, under SGLang's names (OllamaServing._convert_options_to_sampling_params; others are ignored there). A value of
+# the wrong type was a 500 (a list of lists in `stop`: an IndexError in the tokenizer), and `seed` always was: it
+# maps to a field SamplingParams lacks.
+OLLAMA_ROUTES = (os.environ.get("SGLANG_OLLAMA_CHAT_ROUTE", "/api/chat"),
+                 os.environ.get("SGLANG_OLLAMA_GENERATE_ROUTE", "/api/generate"))
+OLLAMA_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "num_predict": "max_new_tokens",
+                  "stop": "stop", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+                  "seed": None}
+# SGLang's parser routes build the parser a body names; one it does not know was a ValueError there, a 500.
+PARSER_FIELDS = {"/parse_function_call": "tool_call_parser", "/separate_reasoning": "reasoning_parser"}
+CHECKED_ROUTES = (*DETOKENIZE_ROUTES, *SESSION_ROUTES, VERTEX_ROUTE, *EMBEDDING_ROUTES, *NON_EMPTY_FIELDS,
+                  *OLLAMA_ROUTES, *PARSER_FIELDS)  # besides request_api.CARRIED_ROUTES
 
 # GenerateReqInput fields that hold one value per prompt when given as a list: SGLang indexes them by prompt, so a
 # list of another length (or a list for one prompt) is a 500 in its HTTP process.
@@ -286,18 +305,26 @@ def _prompt_count(body: dict) -> Optional[int]:
     return len(embeds) if _is_batch(embeds) and _is_batch(embeds[0]) else None
 
 
-def _completion_prompt_count(body: dict) -> Optional[int]:
-    """How many prompts a /v1/completions body holds as a batch (texts, or lists of ids); None for one."""
-    prompt = body.get("prompt")
+def _completion_prompt_count(body: dict, field: str = "prompt") -> Optional[int]:
+    """How many prompts a /v1/completions body (or an OpenAI embedding's `input`) holds as a batch (texts, or lists
+    of ids); None for one."""
+    prompt = body.get(field)
     return len(prompt) if isinstance(prompt, list) and prompt and not _is_int(prompt[0]) else None
 
 
-def check_per_prompt_lists(body: dict) -> None:
+def check_rid(rid: Any, prompts: Optional[int]) -> None:
+    """A list `rid` holds one id per prompt of a batch (`prompts`; None: the request has one prompt)."""
+    if isinstance(rid, list) and len(rid) != prompts:
+        raise BadRequest(f"rid is a list of {len(rid)}: it needs one id per prompt of a batch, and the request has "
+                         f"{prompts or 'one'}")
+
+
+def check_per_prompt_lists(body: dict, fields: tuple = PER_PROMPT_FIELDS) -> None:
     """A per-prompt field given as a list has one value per prompt of a batch (token_ids_logprob: a list of
     lists; a flat list of ids is shared by all)."""
     prompts = _prompt_count(body)
     nested_ids = _is_batch(body.get("token_ids_logprob"))
-    for name in PER_PROMPT_FIELDS + (("token_ids_logprob",) if nested_ids else ()):
+    for name in fields + (("token_ids_logprob",) if nested_ids else ()):
         value = body.get(name)
         if not isinstance(value, list):
             continue
@@ -332,9 +359,7 @@ def check_openai_fields(body: dict, route: str, limits: Optional[ModelLimits]) -
     if body.get("logit_bias") is not None and not _is_bias(body["logit_bias"]):
         raise BadRequest(f"logit_bias must be {BIAS}")
     check_stop_regex(body.get("stop_regex"), "stop_regex")
-    rid = body.get("rid")
-    if isinstance(rid, list) and (route != "/v1/completions" or len(rid) != _completion_prompt_count(body)):
-        raise BadRequest("rid is a list: it needs one id per prompt of a batch of completion prompts")
+    check_rid(body.get("rid"), _completion_prompt_count(body) if route == "/v1/completions" else None)
     if route == "/v1/chat/completions":
         check_top_logprobs(body.get("top_logprobs"), "top_logprobs", limits)
         check_final_message(body)
@@ -436,6 +461,45 @@ def check_text_length(body: dict, route: str, limits: Optional[ModelLimits]) -> 
                              f"{limits.context_len} tokens (more than {MAX_CHARS_PER_TOKEN} characters per token)")
 
 
+def check_parser(name: Any, field: str) -> None:
+    """The parser a body names is one SGLang has (its reasoning parsers are looked up in lower case)."""
+    if field == "tool_call_parser":
+        from sglang.srt.function_call.function_call_parser import FunctionCallParser
+
+        known, key = FunctionCallParser.ToolCallParserEnum, name
+    else:
+        from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+        known, key = ReasoningParser.DetectorMap, name.lower() if isinstance(name, str) else name
+    if not isinstance(key, str) or key not in known:
+        raise BadRequest(f"{field} must name one of SGLang's parsers ({', '.join(sorted(known))}), got {name!r:.80}")
+
+
+def check_ollama_options(options: Any, limits: Optional[ModelLimits]) -> None:
+    """Ollama's `options` that SGLang turns into sampling fields have the types those fields take (or are null) and
+    pass SGLang's own SamplingParams.verify; the ones it ignores are not looked at. Checked here because Ollama
+    streams by default, and SGLang's refusal came after the stream's 200 (its body: "Internal Server Error")."""
+    if not isinstance(options, dict):
+        return  # SGLang's model refuses it
+    params = {}
+    for name, field in OLLAMA_OPTIONS.items():
+        value = options.get(name)
+        if value is None:
+            continue
+        if field is None:
+            raise BadRequest(f"options.{name} is not supported by this server")
+        if not _has_type(value, SAMPLING_FIELDS[field]):
+            raise BadRequest(f"options.{name} must be {SAMPLING_FIELDS[field]} or null, got {value!r:.80}")
+        params[field] = value
+    if limits is not None:
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        try:
+            SamplingParams(**params).verify(limits.vocab_size)
+        except ValueError as e:
+            raise BadRequest(f"options: {e}"[:300]) from None
+
+
 def vertex_as_generate(body: dict) -> Optional[dict]:
     """The /generate body SGLang's Vertex AI route builds: the prompts of its `instances` (the first of text,
     input_ids, input_embeds that the first instance has) as a batch, `parameters` as the other fields. None where
@@ -468,6 +532,22 @@ def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) 
         generate = vertex_as_generate(body)
         if generate is not None:
             check_request(generate, "/generate", limits)
+        return
+    if route in EMBEDDING_ROUTES:
+        if EMBEDDING_ROUTES[route] == "text":
+            check_per_prompt_lists(body, ("rid", "sampling_params"))
+        else:
+            check_rid(body.get("rid"), _completion_prompt_count(body, EMBEDDING_ROUTES[route]))
+        return
+    if route in PARSER_FIELDS:
+        check_parser(body.get(PARSER_FIELDS[route]), PARSER_FIELDS[route])
+        return
+    if route in OLLAMA_ROUTES:
+        check_ollama_options(body.get("options"), limits)
+        return
+    if route in NON_EMPTY_FIELDS:
+        if body.get(NON_EMPTY_FIELDS[route]) == []:
+            raise BadRequest(f"{NON_EMPTY_FIELDS[route]} must not be empty")
         return
     check_salt(body.get("cache_salt"))
     check_session_params(body.get("session_params"))

@@ -1,11 +1,12 @@
 """The last check before a request goes to the scheduler, whatever HTTP route built it.
 
 request_checks bounds the bodies of the routes whose schemas it knows. SGLang 0.5.20 serves the same generation
-through routes it does not (`/invocations`, `/vertex_generate`, `/v1/messages`, `/v1/responses`, Ollama's
-`/api/chat` and `/api/generate`), and some values pass SGLang's own validation there and then stop the scheduler:
+through routes it does not (`/invocations`, `/vertex_generate`, `/v1/messages`, `/v1/responses`, `/v1/score`,
+Ollama's `/api/chat` and `/api/generate`), and some values pass SGLang's own validation there and then stop the scheduler:
 a `top_k` or `min_new_tokens` past int32 (its sampling tensors are int32), a stop token id outside the vocabulary
 (an index into a vocabulary-wide tensor), a token id outside it (a completion prompt of floats is coerced to ints
-that nothing checks), more top logprobs than the vocabulary, a `logprob_start_len` below -1. All of those routes
+that nothing checks), more top logprobs than the vocabulary, a `logprob_start_len` below -1, a prompt of no
+tokens (`/v1/score` with an empty query and item: the model's forward raised on it). All of those routes
 meet in `TokenizerManager._create_tokenized_object`, where SGLang runs its own `SamplingParams.verify`; an AROUND
 hook there checks the object it built and raises RefusedRequest, a ValueError, which those routes answer with a 400
 as they answer SGLang's own checks there (request_api maps it to a 400 on Ollama's routes too, which answer any
@@ -23,6 +24,7 @@ from sglang_ext.request_checks import outside_vocabulary
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object"
+VALIDATE_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request"
 
 
 class RefusedRequest(ValueError):
@@ -35,6 +37,8 @@ def check_tokenized(obj: Any, vocab_size: int) -> None:
     sp = getattr(obj, "sampling_params", None)
     if sp is None or not hasattr(obj, "top_logprobs_num"):
         return
+    if obj.input_ids is not None and len(obj.input_ids) == 0 and getattr(obj, "session_params", None) is None:
+        raise RefusedRequest("a prompt needs at least one token")  # the model's forward raises on none
     bad = outside_vocabulary(obj.input_ids, vocab_size)
     if bad is not None:
         raise RefusedRequest(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
@@ -56,9 +60,25 @@ def check_tokenized(obj: Any, vocab_size: int) -> None:
             raise RefusedRequest(f"logprob_start_len must be -1 or more, got {obj.logprob_start_len}")
 
 
+def refuse_what_sglang_refuses(original, manager, *args, **kwargs):
+    """AROUND hook on SGLang's own checks of a request in the tokenizer manager (`_validate_one_request`, and the
+    SamplingParams built of the client's fields in `_create_tokenized_object`, with their normalize and verify):
+    what they raise is the client's to fix, and is raised as RefusedRequest. Ollama's routes answered SGLang's own
+    ValueErrors (a `num_predict` past the context, a `top_k` of 0) with a 500, and a field of the wrong type or
+    name (Ollama's `seed` option, which SamplingParams lacks) was a TypeError, a 500 on every route."""
+    try:
+        return original(manager, *args, **kwargs)
+    except RefusedRequest:
+        raise
+    except ValueError as e:
+        raise RefusedRequest(str(e)) from None
+    except TypeError as e:
+        raise RefusedRequest(f"a sampling field has the wrong type or name ({e})") from None
+
+
 def guard(original, manager, *args, **kwargs):
-    """The AROUND hook: SGLang builds the tokenized request, then it is checked before anything sends it."""
-    obj = original(manager, *args, **kwargs)
+    """The AROUND hook on TARGET: SGLang builds the tokenized request, then it is checked before anything sends it."""
+    obj = refuse_what_sglang_refuses(original, manager, *args, **kwargs)
     try:
         check_tokenized(obj, int(manager.model_config.vocab_size))
     except TypeError as e:  # a value SGLang let through untyped (an Ollama option, say): not comparable

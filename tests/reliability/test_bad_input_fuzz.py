@@ -239,6 +239,17 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     ("/generate", {"text": "hi", "sampling_params": dict(ONE_TOKEN, n=None)}),
     ("/generate", {"text": "hi", "sampling_params": ONE_TOKEN, "lora_id": []}),
     ("/generate", {"text": "hi", "sampling_params": ONE_TOKEN, "positional_embed_overrides": -1}),
+    # a sweep of SGLang's other routes (2026-12-06): the first stopped the scheduler (a prompt of no tokens reached
+    # the model); the others were a 500, the first Ollama one after its stream's 200 (Ollama streams by default)
+    ("/v1/score", {"model": "default", "query": [], "items": [[]], "label_token_ids": [1]}),
+    ("/api/generate", {"model": "default", "prompt": "hi", "options": {"top_k": 0, "num_predict": 1}}),
+    ("/api/generate", {"model": "default", "prompt": "hi", "stream": False, "options": {"seed": 7, "num_predict": 1}}),
+    ("/api/generate", {"model": "default", "prompt": "hi", "stream": False, "options": {"num_predict": 10**5}}),
+    ("/v1/messages/count_tokens", {"model": "default", "messages": []}),
+    ("/v1/score", {"model": "default", "query": "hi", "items": ["a"], "label_token_ids": []}),
+    ("/v1/embeddings", {"model": "default", "input": "hi", "rid": []}),
+    ("/encode", {"text": "hi", "sampling_params": []}),
+    ("/parse_function_call", {"text": "hi", "tool_call_parser": "no-such-parser", "tools": []}),
 ])
 def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, route, body):
     before = settled_stats(fuzzed)
@@ -274,6 +285,54 @@ def test_every_generate_field_with_an_odd_value_is_answered_and_the_scheduler_li
             assert status == 200 or 400 <= status < 500, f"{status} for {field}={value!r}: {answer}"
     alive, _ = fuzzed.post_status("/generate", {"text": "still there", "sampling_params": ONE_TOKEN},
                                   timeout=ANSWER_DEADLINE_S)
+    assert alive == 200
+
+
+def other_route_fields() -> list:
+    """(route, a body it serves or answers with a 4xx, the fields SGLang's model for it has) for SGLang's routes
+    besides /generate and the two OpenAI ones the fuzz draws; Ollama's options as fields of their own."""
+    from sglang.srt.entrypoints.anthropic.protocol import AnthropicCountTokensRequest, AnthropicMessagesRequest
+    from sglang.srt.entrypoints.ollama.protocol import OllamaGenerateRequest
+    from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ScoringRequest, TokenizeRequest
+    from sglang.srt.managers.io_struct import EmbeddingReqInput
+
+    messages = [{"role": "user", "content": "hi"}]
+    ollama = {"model": "default", "prompt": "hi", "stream": False, "options": {"num_predict": 1}}
+    return [
+        ("/v1/messages", dict(CHAT_BODY, messages=messages), list(AnthropicMessagesRequest.model_fields)),
+        ("/v1/messages/count_tokens", {"model": "default", "messages": messages},
+         list(AnthropicCountTokensRequest.model_fields)),
+        ("/api/generate", ollama, list(OllamaGenerateRequest.model_fields)),
+        ("/api/generate", ollama, [f"options.{name}" for name in OLLAMA_OPTIONS]),
+        ("/v1/score", {"model": "default", "query": "hi", "items": ["a"], "label_token_ids": [1]},
+         list(ScoringRequest.model_fields)),
+        ("/v1/embeddings", {"model": "default", "input": "hi"}, list(EmbeddingRequest.model_fields)),
+        ("/encode", {"text": "hi"}, [f.name for f in dataclasses.fields(EmbeddingReqInput)]),
+        ("/v1/tokenize", {"model": "default", "prompt": "hi"}, list(TokenizeRequest.model_fields)),
+        ("/parse_function_call", {"text": "hi", "tool_call_parser": "llama3", "tools": []}, ["tool_call_parser"]),
+        ("/separate_reasoning", {"text": "hi", "reasoning_parser": "deepseek-r1"}, ["reasoning_parser"]),
+    ]
+
+
+OLLAMA_OPTIONS = ("temperature", "top_p", "top_k", "num_predict", "stop", "presence_penalty", "frequency_penalty",
+                  "seed")  # the ones SGLang 0.5.20 maps to sampling fields
+
+
+def test_every_field_of_the_other_routes_with_an_odd_value_is_answered_and_the_scheduler_lives(tiered_server):
+    """The sweep above, on SGLang's other routes (not /v1/responses or Ollama's /api/chat, which SGLang 0.5.20
+    answers with a 500 whatever they are sent on this model). One server: these checks do not depend on the tiers.
+    (2026-12-06: an empty `/v1/score` query and item stopped the scheduler, and a dozen fields were a 500.)"""
+    for route, base, fields in other_route_fields():
+        status, answer = tiered_server.post_status(route, base, timeout=ANSWER_DEADLINE_S)
+        assert status == 200 or 400 <= status < 500, f"{status} for {route}'s base body: {answer}"
+        for field in fields:
+            for value in ODD_VALUES + (0, [[]]):
+                body = dict(base, options=dict(base["options"], **{field[8:]: value})) \
+                    if field.startswith("options.") else dict(base, **{field: value})
+                status, answer = tiered_server.post_status(route, body, timeout=ANSWER_DEADLINE_S)
+                assert status == 200 or 400 <= status < 500, f"{status} for {route} {field}={value!r}: {answer}"
+    alive, _ = tiered_server.post_status("/generate", {"text": "still there", "sampling_params": ONE_TOKEN},
+                                         timeout=ANSWER_DEADLINE_S)
     assert alive == 200
 
 

@@ -248,6 +248,21 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"http_worker_ipc": "ipc:///tmp/elsewhere"}}),
     ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"sampling_params": {"is_normalized": True}}}),
     ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"text": "y"}}),
+    # SGLang's other routes, swept field by field (2026-12-06): each was a 500
+    ("/api/generate", {"model": "m", "prompt": "x", "options": {"seed": 7}}),  # a field SamplingParams lacks
+    ("/api/generate", {"model": "m", "prompt": "x", "options": {"stop": [[]]}}),
+    ("/api/generate", {"model": "m", "prompt": "x", "options": {"num_predict": "x"}}),
+    ("/api/generate", {"model": "m", "prompt": "x", "options": {"num_predict": 1e30}}),
+    ("/api/generate", {"model": "m", "prompt": "x", "options": {"top_k": 0}}),  # SGLang's verify, after the 200
+    ("/api/chat", {"model": "m", "messages": [], "options": {"temperature": -1}}),
+    ("/v1/messages/count_tokens", {"model": "m", "messages": []}),
+    ("/v1/score", {"query": "x", "items": ["y"], "label_token_ids": []}),
+    ("/v1/embeddings", {"model": "m", "input": "x", "rid": []}),
+    ("/v1/classify", {"model": "m", "input": ["x", "y"], "rid": ["a"]}),
+    ("/encode", {"text": "x", "rid": ["a", "b"]}), ("/classify", {"text": "x", "sampling_params": []}),
+    ("/parse_function_call", {"text": "x", "tool_call_parser": "no-such-parser", "tools": []}),
+    ("/parse_function_call", {"text": "x", "tool_call_parser": None, "tools": []}),
+    ("/separate_reasoning", {"text": "x", "reasoning_parser": "no-such-parser"}),
 ])
 def test_what_would_stop_the_scheduler_is_a_400(route, body):
     status, out = rewrite(route, json.dumps(body).encode(), None, LIMITS)
@@ -295,6 +310,16 @@ def test_deeply_nested_ids_are_answered_not_raised():
     ("/vertex_generate", {"instances": [{"input_ids": [5, 99]}, {"input_ids": [1]}],
                           "parameters": {"sampling_params": {"max_new_tokens": 1}}}),
     ("/vertex_generate", {"instances": []}), ("/vertex_generate", {"instances": "x"}),
+    ("/api/generate", {"model": "m", "prompt": "x", "options": {"num_predict": 5, "top_k": 3, "stop": ["a"],
+                                                                "temperature": 0.5, "num_ctx": 99, "mirostat": 1}}),
+    ("/api/generate", {"model": "m", "prompt": "x", "options": {"seed": None}}), ("/api/chat", {"options": "x"}),
+    ("/v1/messages/count_tokens", {"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+    ("/v1/score", {"query": "x", "items": ["y"], "label_token_ids": [1]}), ("/v1/score", {"query": "x"}),
+    ("/v1/embeddings", {"model": "m", "input": ["x", "y"], "rid": ["a", "b"]}),
+    ("/v1/embeddings", {"model": "m", "input": [1, 2], "rid": "a"}),
+    ("/encode", {"text": ["x", "y"], "rid": ["a", "b"], "sampling_params": [{}, {}]}),
+    ("/parse_function_call", {"text": "x", "tool_call_parser": "llama3", "tools": []}),
+    ("/separate_reasoning", {"text": "x", "reasoning_parser": "DeepSeek-R1"}),  # SGLang looks it up in lower case
 ])
 def test_what_the_model_takes_passes(route, body):
     assert rewrite(route, json.dumps(body).encode(), None, LIMITS)[0] == 200

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from sglang.srt.sampling.sampling_params import SamplingParams
-from sglang_ext.scheduler_guard import RefusedRequest, check_tokenized, guard
+from sglang_ext.scheduler_guard import RefusedRequest, check_tokenized, guard, refuse_what_sglang_refuses
 
 VOCAB = 100
 
@@ -31,6 +31,7 @@ def tokenized(ids=(1, 2, 3), return_logprob=False, top_logprobs_num=0, logprob_s
     tokenized(sampling_seed=2**63),
     tokenized(return_logprob=True, top_logprobs_num=VOCAB + 1),
     tokenized(return_logprob=True, logprob_start_len=-2),
+    tokenized(ids=()),  # /v1/score with an empty query and item: the model's forward raised on no tokens
 ])
 def test_what_the_scheduler_would_stop_on_is_refused(obj):
     with pytest.raises(RefusedRequest):
@@ -38,13 +39,20 @@ def test_what_the_scheduler_would_stop_on_is_refused(obj):
 
 
 @pytest.mark.parametrize("obj", [
-    tokenized(), tokenized(ids=(0, VOCAB - 1)), tokenized(ids=()), tokenized(top_k=-1), tokenized(top_k=2**31 - 1),
+    tokenized(), tokenized(ids=(0, VOCAB - 1)), tokenized(top_k=-1), tokenized(top_k=2**31 - 1),
     tokenized(max_new_tokens=None), tokenized(stop_token_ids=[0, VOCAB - 1], min_new_tokens=1),
     tokenized(sampling_seed=2**63 - 1), tokenized(return_logprob=True, top_logprobs_num=VOCAB, logprob_start_len=0),
     tokenized(return_logprob=False, top_logprobs_num=10**9),  # no logprobs asked for: the number is never used
     SimpleNamespace(input_ids=array("q", [VOCAB * 2]), sampling_params=None),  # not a generation: not ours to judge
 ])
 def test_what_the_model_takes_passes(obj):
+    check_tokenized(obj, VOCAB)
+
+
+def test_no_new_tokens_pass_within_a_session():
+    """A request in a session continues the session's tokens: an empty prompt of its own is the scheduler's."""
+    obj = tokenized(ids=())
+    obj.session_params = {"id": "s"}
     check_tokenized(obj, VOCAB)
 
 
@@ -59,3 +67,18 @@ def test_the_hook_returns_what_sglang_built_and_refuses_before_it_is_sent():
     untyped.sampling_params.sampling_seed = "7"  # an Ollama option SGLang passes on as it came
     with pytest.raises(RefusedRequest, match="wrong type"):
         guard(lambda m, *a, **k: untyped, manager, "obj")
+
+
+@pytest.mark.parametrize("raised", [ValueError("top_k must be -1 (disable) or at least 1, got 0."),
+                                    TypeError("Unexpected keyword argument 'seed'")])
+def test_what_sglangs_own_checks_raise_is_a_refusal(raised):
+    """SGLang's own request checks in the tokenizer manager raise ValueError (answered with a 500 on Ollama's
+    routes) or, on a field of the wrong name or type, TypeError (a 500 everywhere): both become RefusedRequest."""
+    def sglang(_manager, *_args, **_kwargs):
+        raise raised
+
+    manager = SimpleNamespace(model_config=SimpleNamespace(vocab_size=VOCAB))
+    for hook in (refuse_what_sglang_refuses, guard):
+        with pytest.raises(RefusedRequest, match=str(raised).split()[0]):
+            hook(sglang, manager, "obj")
+    assert refuse_what_sglang_refuses(lambda m, *a: ("ran", a), manager, "obj") == ("ran", ("obj",))
