@@ -63,6 +63,9 @@ VERTEX_ROUTE = os.environ.get("AIP_PREDICT_ROUTE", "/vertex_generate")
 # The embedding and reward routes (SGLang's EmbeddingReqInput, and the OpenAI routes that build one) and the field
 # that holds their prompts: a list `rid` for one prompt (or of another length) was a TypeError in SGLang, a 500.
 EMBEDDING_ROUTES = {"/encode": "text", "/classify": "text", "/v1/embeddings": "input", "/v1/classify": "input"}
+# An embedding batch's fields that SGLang indexes by prompt besides `rid` and `sampling_params`, each a list of one
+# value per prompt in a batch (a list for one prompt is that prompt's: several images for one text, say).
+BATCH_EMBEDDING_FIELDS = ("image_data", "video_data", "audio_data", "embed_overrides", "multi_item_delimiter_indices")
 # Lists that must not be empty, by route: Anthropic's token count renders the chat template on the messages as sent
 # (none at all was an IndexError; /v1/messages refuses that itself), and a score of no label tokens failed after the
 # model had run (a RuntimeError). Each was a 500.
@@ -461,6 +464,28 @@ def check_text_length(body: dict, route: str, limits: Optional[ModelLimits]) -> 
                              f"{limits.context_len} tokens (more than {MAX_CHARS_PER_TOKEN} characters per token)")
 
 
+def check_embedding(body: dict, prompt_field: str, limits: Optional[ModelLimits]) -> None:
+    """An embedding or reward request (`prompt_field`: where its prompts are): fields SGLang's processes fill in are
+    refused as on /generate; a batch's `rid` is a list of one id per prompt, and its per-prompt fields one value
+    per prompt (SGLang indexes them); token ids lie in the vocabulary, and no prompt of a batch is empty."""
+    if prompt_field == "text":  # SGLang's own EmbeddingReqInput body
+        for name in SERVER_SET_FIELDS:
+            if body.get(name) is not None:
+                raise BadRequest(f"{name} is set by the server, not by a request")
+        prompts, ids = _prompt_count(body), body.get("input_ids")
+        check_per_prompt_lists(body, ("rid", "sampling_params"))
+        for name in BATCH_EMBEDDING_FIELDS if prompts is not None else ():
+            value = body.get(name)
+            if value is not None and not (isinstance(value, list) and len(value) == prompts):
+                raise BadRequest(f"{name} must be a list of one value per prompt of the batch's {prompts}")
+    else:
+        prompts, ids = _completion_prompt_count(body, prompt_field), body.get(prompt_field)
+        check_rid(body.get("rid"), prompts)
+    if prompts is not None and body.get("rid") is not None and not isinstance(body["rid"], list):
+        raise BadRequest("rid must be a list of one id per prompt for a batch")  # SGLang asserted it: a 500
+    check_token_ids(ids, prompt_field if prompt_field != "text" else "input_ids", limits and limits.vocab_size)
+
+
 def check_parser(name: Any, field: str) -> None:
     """The parser a body names is one SGLang has (its reasoning parsers are looked up in lower case)."""
     if field == "tool_call_parser":
@@ -534,10 +559,7 @@ def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) 
             check_request(generate, "/generate", limits)
         return
     if route in EMBEDDING_ROUTES:
-        if EMBEDDING_ROUTES[route] == "text":
-            check_per_prompt_lists(body, ("rid", "sampling_params"))
-        else:
-            check_rid(body.get("rid"), _completion_prompt_count(body, EMBEDDING_ROUTES[route]))
+        check_embedding(body, EMBEDDING_ROUTES[route], limits)
         return
     if route in PARSER_FIELDS:
         check_parser(body.get(PARSER_FIELDS[route]), PARSER_FIELDS[route])

@@ -2,15 +2,16 @@
 
 request_checks bounds the bodies of the routes whose schemas it knows. SGLang 0.5.20 serves the same generation
 through routes it does not (`/invocations`, `/vertex_generate`, `/v1/messages`, `/v1/responses`, `/v1/score`,
-Ollama's `/api/chat` and `/api/generate`), and some values pass SGLang's own validation there and then stop the scheduler:
-a `top_k` or `min_new_tokens` past int32 (its sampling tensors are int32), a stop token id outside the vocabulary
-(an index into a vocabulary-wide tensor), a token id outside it (a completion prompt of floats is coerced to ints
-that nothing checks), more top logprobs than the vocabulary, a `logprob_start_len` below -1, a prompt of no
-tokens (`/v1/score` with an empty query and item: the model's forward raised on it). All of those routes
-meet in `TokenizerManager._create_tokenized_object`, where SGLang runs its own `SamplingParams.verify`; an AROUND
-hook there checks the object it built and raises RefusedRequest, a ValueError, which those routes answer with a 400
-as they answer SGLang's own checks there (request_api maps it to a 400 on Ollama's routes too, which answer any
-ValueError with a 500). Nothing has reached the scheduler or the cache yet.
+Ollama's `/api/chat` and `/api/generate`), and some values pass SGLang's own validation there and then stop the
+scheduler: a `top_k` or `min_new_tokens` past int32 (its sampling tensors are int32), a stop token id outside the
+vocabulary (an index into a vocabulary-wide tensor), a token id outside it (a completion prompt of floats is coerced
+to ints that nothing checks), more top logprobs than the vocabulary, a `logprob_start_len` below -1, a prompt of no
+tokens (`/v1/score` with an empty query and item, an embedding batch with an empty prompt: the model's forward
+raised on it), and on an embedding server any generation request (SGLang checks only the reverse). All of those
+routes meet in `TokenizerManager._create_tokenized_object`, where SGLang runs its own `SamplingParams.verify`; an
+AROUND hook there checks the object it built and raises RefusedRequest, a ValueError, which those routes answer
+with a 400 as they answer SGLang's own checks there (request_api maps it to a 400 on Ollama's routes too, which
+answer any ValueError with a 500). Nothing has reached the scheduler or the cache yet.
 
 Threading: runs in the HTTP process's event loop, like the method it wraps; it keeps no state.
 """
@@ -33,15 +34,16 @@ class RefusedRequest(ValueError):
 
 def check_tokenized(obj: Any, vocab_size: int) -> None:
     """Raise RefusedRequest (a 400 on every route) if the tokenized request `obj` holds a value that would stop the
-    scheduler; a request of another kind (an embedding) passes unchecked."""
-    sp = getattr(obj, "sampling_params", None)
-    if sp is None or not hasattr(obj, "top_logprobs_num"):
-        return
-    if obj.input_ids is not None and len(obj.input_ids) == 0 and getattr(obj, "session_params", None) is None:
+    scheduler: its prompt for any request (an embedding's too), its sampling and logprob fields for a generation."""
+    ids = getattr(obj, "input_ids", None)
+    if ids is not None and len(ids) == 0 and getattr(obj, "session_params", None) is None:
         raise RefusedRequest("a prompt needs at least one token")  # the model's forward raises on none
-    bad = outside_vocabulary(obj.input_ids, vocab_size)
+    bad = outside_vocabulary(ids, vocab_size)
     if bad is not None:
         raise RefusedRequest(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+    sp = getattr(obj, "sampling_params", None)
+    if sp is None or not hasattr(obj, "top_logprobs_num"):
+        return  # not a generation: an embedding has no sampling or logprobs to judge
     for name in ("top_k", "min_new_tokens", "max_new_tokens"):
         value = getattr(sp, name, None)
         if value is not None and value > INT32_MAX:
@@ -79,6 +81,10 @@ def refuse_what_sglang_refuses(original, manager, *args, **kwargs):
 def guard(original, manager, *args, **kwargs):
     """The AROUND hook on TARGET: SGLang builds the tokenized request, then it is checked before anything sends it."""
     obj = refuse_what_sglang_refuses(original, manager, *args, **kwargs)
+    if hasattr(obj, "top_logprobs_num") and not getattr(manager, "is_generation", True):
+        # SGLang refuses an embedding request to a generative model, not this: its scheduler stopped on the batch
+        raise RefusedRequest("this server runs an embedding model (--is-embedding): it does not generate text; "
+                             "use /encode or /v1/embeddings")
     try:
         check_tokenized(obj, int(manager.model_config.vocab_size))
     except TypeError as e:  # a value SGLang let through untyped (an Ollama option, say): not comparable

@@ -1,5 +1,7 @@
 """Real servers for tests: see benchmarks/servers.py (shared with the live benchmark and the soak)."""
 
+import time
+
 from benchmarks.servers import REQUEST_DEADLINE_S, ROOT, Server, free_port, start_server  # noqa: F401
 
 
@@ -19,3 +21,18 @@ def counts_only(stats):
 def stats_now(server) -> dict:
     """/tiers/stats without its windowed values."""
     return counts_only(server.get("/tiers/stats"))
+
+
+SETTLE_DEADLINE_S = 30.0
+
+
+def settled_stats(server) -> dict:
+    """/tiers/stats (counts) once two reads in a row agree: the tail of an earlier 200 (its last insert into the
+    tree) may land after its HTTP answer, and must not be blamed on the next request."""
+    deadline = time.monotonic() + SETTLE_DEADLINE_S
+    last = stats_now(server)
+    while True:
+        now = stats_now(server)
+        if now == last or time.monotonic() > deadline:
+            return now
+        last = now

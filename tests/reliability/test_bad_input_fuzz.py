@@ -7,14 +7,13 @@ answers afterwards, and no request without `cache_control` ever retains anything
 
 import dataclasses
 import json
-import time
 import urllib.request
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support import stats_now
+from tests.support import settled_stats, stats_now
 
 pytestmark = pytest.mark.server
 TTL_PARAM = "sglang_ext_ttl_s"  # request_api's internal key, spelled out: a client could type it
@@ -25,19 +24,6 @@ def fuzzed(request):
     """Each fuzz runs against the device-only server and the one with the host tier and a peer."""
     return request.getfixturevalue("tiered_server" if request.param == "device" else "server_a")
 ANSWER_DEADLINE_S = 60.0  # a hang shows as a timeout, which post_status raises
-SETTLE_DEADLINE_S = 30.0
-
-
-def settled_stats(server) -> dict:
-    """/tiers/stats (counts) once two reads in a row agree: the tail of an earlier 200 (its last insert into the
-    tree) may land after its HTTP answer, and must not be blamed on the next request."""
-    deadline = time.monotonic() + SETTLE_DEADLINE_S
-    last = stats_now(server)
-    while True:
-        now = stats_now(server)
-        if now == last or time.monotonic() > deadline:
-            return now
-        last = now
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
                          st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12))

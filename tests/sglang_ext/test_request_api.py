@@ -263,6 +263,11 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/parse_function_call", {"text": "x", "tool_call_parser": "no-such-parser", "tools": []}),
     ("/parse_function_call", {"text": "x", "tool_call_parser": None, "tools": []}),
     ("/separate_reasoning", {"text": "x", "reasoning_parser": "no-such-parser"}),
+    # an embedding server's (tests/reliability/test_embedding_server_input.py): the first three stopped it
+    ("/encode", {"input_ids": [[1, 2], []]}), ("/v1/embeddings", {"input": [[5], [100]]}),
+    ("/encode", {"text": "x", "lora_id": []}),
+    ("/encode", {"text": ["a", "b"], "image_data": 7}), ("/encode", {"text": ["a", "b"], "embed_overrides": [[]]}),
+    ("/v1/embeddings", {"model": "m", "input": ["a", "b"], "rid": "r"}),
 ])
 def test_what_would_stop_the_scheduler_is_a_400(route, body):
     status, out = rewrite(route, json.dumps(body).encode(), None, LIMITS)
@@ -318,6 +323,9 @@ def test_deeply_nested_ids_are_answered_not_raised():
     ("/v1/embeddings", {"model": "m", "input": ["x", "y"], "rid": ["a", "b"]}),
     ("/v1/embeddings", {"model": "m", "input": [1, 2], "rid": "a"}),
     ("/encode", {"text": ["x", "y"], "rid": ["a", "b"], "sampling_params": [{}, {}]}),
+    ("/encode", {"text": "x", "image_data": ["i1", "i2"]}),
+    ("/encode", {"text": ["x", "y"], "image_data": ["i", None]}),
+    ("/v1/embeddings", {"model": "m", "input": [[5], [99]], "rid": ["a", "b"]}),
     ("/parse_function_call", {"text": "x", "tool_call_parser": "llama3", "tools": []}),
     ("/separate_reasoning", {"text": "x", "reasoning_parser": "DeepSeek-R1"}),  # SGLang looks it up in lower case
 ])

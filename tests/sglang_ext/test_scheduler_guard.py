@@ -43,7 +43,7 @@ def test_what_the_scheduler_would_stop_on_is_refused(obj):
     tokenized(max_new_tokens=None), tokenized(stop_token_ids=[0, VOCAB - 1], min_new_tokens=1),
     tokenized(sampling_seed=2**63 - 1), tokenized(return_logprob=True, top_logprobs_num=VOCAB, logprob_start_len=0),
     tokenized(return_logprob=False, top_logprobs_num=10**9),  # no logprobs asked for: the number is never used
-    SimpleNamespace(input_ids=array("q", [VOCAB * 2]), sampling_params=None),  # not a generation: not ours to judge
+    SimpleNamespace(input_ids=None, sampling_params=None),  # embeddings given as vectors: no ids to judge
 ])
 def test_what_the_model_takes_passes(obj):
     check_tokenized(obj, VOCAB)
@@ -67,6 +67,19 @@ def test_the_hook_returns_what_sglang_built_and_refuses_before_it_is_sent():
     untyped.sampling_params.sampling_seed = "7"  # an Ollama option SGLang passes on as it came
     with pytest.raises(RefusedRequest, match="wrong type"):
         guard(lambda m, *a, **k: untyped, manager, "obj")
+
+
+def test_a_generation_to_an_embedding_model_is_refused_and_an_embedding_is_checked_for_its_prompt():
+    """SGLang refuses an embedding request to a generative model, not a generation to an embedding model (its
+    scheduler stopped on one); an embedding's prompt is checked as a generation's is."""
+    embedder = SimpleNamespace(model_config=SimpleNamespace(vocab_size=VOCAB), is_generation=False)
+    with pytest.raises(RefusedRequest, match="embedding model"):
+        guard(lambda m, *a, **k: tokenized(), embedder, "obj")
+    embedding = SimpleNamespace(input_ids=array("q", [1, 2]), sampling_params=SamplingParams())
+    assert guard(lambda m, *a, **k: embedding, embedder, "obj") is embedding
+    for ids in ((), (1, VOCAB)):
+        with pytest.raises(RefusedRequest):
+            check_tokenized(SimpleNamespace(input_ids=array("q", ids), sampling_params=SamplingParams()), VOCAB)
 
 
 @pytest.mark.parametrize("raised", [ValueError("top_k must be -1 (disable) or at least 1, got 0."),
