@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional, Tuple
 
-from sglang_ext.request_checks import CHECKED_ROUTES, BadRequest, ModelLimits, check_request
+from sglang_ext.request_checks import CHECKED_ROUTES, BadRequest, ModelLimits, check_headers, check_request
 
 TTL_PARAM = "sglang_ext_ttl_s"
 CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top"}
@@ -222,6 +222,10 @@ class CacheControlMiddleware:
             if size > cap:  # a chunked body (no length declared) that outgrows the cap: the rest is never read
                 return await answer(send, *too_large(cap))
             more = message.get("more_body", False)
+        try:
+            check_headers(scope.get("headers", []))
+        except BadRequest as e:
+            return await answer(send, *bad_request(str(e)))
         status, body = rewrite(scope["path"], b"".join(chunks), self.config.session_ttl_s, self.limits)
         if status != 200:
             return await answer(send, status, body)

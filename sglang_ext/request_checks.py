@@ -107,8 +107,23 @@ SERVER_SET_FIELDS = ("http_worker_ipc", "received_time", "num_items_assigned", "
                      "positional_embed_overrides")
 
 
+# Request headers SGLang reads as an integer on the OpenAI and Anthropic routes: /v1/messages answered one that is
+# not an integer with a 500 (the OpenAI routes with a 400).
+INT_HEADERS = (b"x-data-parallel-rank",)
+
+
 class BadRequest(ValueError):
     pass
+
+
+def check_headers(headers) -> None:
+    """The headers SGLang parses (ASGI's (name, value) byte pairs; names in lower case) have values it can parse."""
+    for name, value in headers:
+        if name in INT_HEADERS:
+            try:
+                int(value)
+            except ValueError:
+                raise BadRequest(f"the {name.decode()} header must be an integer, got {value!r:.40}") from None
 
 
 @dataclass(frozen=True)

@@ -322,6 +322,15 @@ def test_every_field_of_the_other_routes_with_an_odd_value_is_answered_and_the_s
     assert alive == 200
 
 
+def test_a_header_sglang_reads_as_an_integer_is_a_400_when_it_is_not_one(tiered_server):
+    """X-Data-Parallel-Rank: SGLang's OpenAI routes answer a value that is not an integer with a 400, and
+    /v1/messages answered it with a 500."""
+    for route, body in (("/v1/messages", CHAT_BODY), ("/v1/chat/completions", CHAT_BODY)):
+        status, answer = tiered_server.post_status(route, body, timeout=ANSWER_DEADLINE_S,
+                                                   headers={"X-Data-Parallel-Rank": "x"})
+        assert status == 400 and message_of(answer), f"{route}: {status}: {answer}"
+
+
 @pytest.mark.parametrize("body", [  # what SGLang opened a session with
     {"capacity_of_str_len": -5, "session_id": "fuzz-negative"},
     {"capacity_of_str_len": 100, "session_id": "fuzz-timeout", "timeout": -1},

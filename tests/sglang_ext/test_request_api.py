@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_ext.request_api import TTL_PARAM, rewrite
-from sglang_ext.request_checks import MAX_FANOUT, MAX_SAMPLES, ModelLimits
+from sglang_ext.request_checks import MAX_FANOUT, MAX_SAMPLES, BadRequest, ModelLimits, check_headers
 from sglang_ext.serving_cache import ServedRequests, refused_on_arrival, request_ttl_s
 from tiers.retention import MAX_TTL_S
 
@@ -87,6 +87,13 @@ def test_json_nested_too_deeply_is_a_400(route):
     raw = b'{"model": "default", "x": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
     status, out = forwarded(route, raw)
     assert status == 400 and "nested too deeply" in out["message"]
+
+
+def test_a_header_sglang_reads_as_an_integer_must_be_one():
+    check_headers([(b"x-data-parallel-rank", b"0"), (b"x-other", b"x"), (b"content-type", b"application/json")])
+    for value in (b"x", b"1.5", b""):
+        with pytest.raises(BadRequest, match="x-data-parallel-rank"):
+            check_headers([(b"x-data-parallel-rank", value)])
 
 
 @pytest.mark.parametrize("sampling, field", [
