@@ -29,7 +29,9 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional, Tuple
 
-from sglang_ext.request_checks import CHECKED_ROUTES, BadRequest, ModelLimits, check_headers, check_request
+from sglang_ext import other_route_checks
+from sglang_ext.other_route_checks import check_headers
+from sglang_ext.request_checks import CHECKED_ROUTES, BadRequest, ModelLimits, check_request
 
 TTL_PARAM = "sglang_ext_ttl_s"
 CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top"}
@@ -152,10 +154,12 @@ async def answer(send: Callable, status: int, body: bytes) -> None:
 def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
             limits: Optional[ModelLimits] = None) -> Tuple[int, bytes]:
     """(status, body): 200 and the body to forward, or 400 and an error body. `route` outside CARRIED_ROUTES:
-    only client-supplied internal keys are removed (and a CHECKED_ROUTES body is checked)."""
+    only client-supplied internal keys are removed (and a body of CHECKED_ROUTES or other_route_checks.ROUTES is
+    checked)."""
     route = ROUTE_ALIASES.get(route, route)
     carried = route in CARRIED_ROUTES
-    checked = carried or route in CHECKED_ROUTES
+    other = route in other_route_checks.ROUTES
+    checked = carried or other or route in CHECKED_ROUTES
     if not checked and not may_carry_internal_params(raw):
         return 200, raw
     try:
@@ -164,7 +168,7 @@ def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
             return 200, raw  # SGLang answers it as it always has
         stripped = may_carry_internal_params(raw) and strip_internal_params(body)  # no walk when none can be there
         if checked and isinstance(body, dict):
-            check_request(body, route, limits)
+            (other_route_checks.check_route if other else check_request)(body, route, limits)
         if not (carried and isinstance(body, dict)):
             return 200, json.dumps(body).encode() if stripped else raw
         ttl = request_ttl(body, session_ttl_s)

@@ -11,7 +11,8 @@ validators read a field before checking its type (`"response_format": true` is a
 answers with a 500), and a per-prompt list of the wrong length is a 500 too. A `chat_template_kwargs` key naming the
 template call's own `chat_template` replaces the server's template with the client's; a huge text prompt holds the
 HTTP process while it is tokenized. Each check here raises BadRequest with a message naming the field;
-request_api turns that into an HTTP 400, and nothing reaches the scheduler.
+request_api turns that into an HTTP 400, and nothing reaches the scheduler. SGLang's other routes (embeddings,
+Ollama, scoring, ...) are other_route_checks', built on the field kinds and helpers here.
 """
 
 from __future__ import annotations
@@ -60,29 +61,8 @@ DETOKENIZE_ROUTES = ("/detokenize", "/v1/detokenize")
 # Vertex AI's predict route: SGLang builds a /generate request of its `instances` and `parameters` (the same variable
 # names the route in SGLang's http_server)
 VERTEX_ROUTE = os.environ.get("AIP_PREDICT_ROUTE", "/vertex_generate")
-# The embedding and reward routes (SGLang's EmbeddingReqInput, and the OpenAI routes that build one) and the field
-# that holds their prompts: a list `rid` for one prompt (or of another length) was a TypeError in SGLang, a 500.
-EMBEDDING_ROUTES = {"/encode": "text", "/classify": "text", "/v1/embeddings": "input", "/v1/classify": "input"}
-# An embedding batch's fields that SGLang indexes by prompt besides `rid` and `sampling_params`, each a list of one
-# value per prompt in a batch (a list for one prompt is that prompt's: several images for one text, say).
-BATCH_EMBEDDING_FIELDS = ("image_data", "video_data", "audio_data", "embed_overrides", "multi_item_delimiter_indices")
-# Lists that must not be empty, by route: Anthropic's token count renders the chat template on the messages as sent
-# (none at all was an IndexError; /v1/messages refuses that itself), and a score of no label tokens failed after the
-# model had run (a RuntimeError). Each was a 500.
-NON_EMPTY_FIELDS = {"/v1/messages/count_tokens": "messages", "/v1/score": "label_token_ids"}
-# Ollama's routes (the same variables SGLang's http_server reads) pass the `options` below to SamplingParams as
-# sent, under SGLang's names (OllamaServing._convert_options_to_sampling_params; others are ignored there). A value of
-# the wrong type was a 500 (a list of lists in `stop`: an IndexError in the tokenizer), and `seed` always was: it
-# maps to a field SamplingParams lacks.
-OLLAMA_ROUTES = (os.environ.get("SGLANG_OLLAMA_CHAT_ROUTE", "/api/chat"),
-                 os.environ.get("SGLANG_OLLAMA_GENERATE_ROUTE", "/api/generate"))
-OLLAMA_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "num_predict": "max_new_tokens",
-                  "stop": "stop", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-                  "seed": None}
-# SGLang's parser routes build the parser a body names; one it does not know was a ValueError there, a 500.
-PARSER_FIELDS = {"/parse_function_call": "tool_call_parser", "/separate_reasoning": "reasoning_parser"}
-CHECKED_ROUTES = (*DETOKENIZE_ROUTES, *SESSION_ROUTES, VERTEX_ROUTE, *EMBEDDING_ROUTES, *NON_EMPTY_FIELDS,
-                  *OLLAMA_ROUTES, *PARSER_FIELDS)  # besides request_api.CARRIED_ROUTES
+CHECKED_ROUTES = (*DETOKENIZE_ROUTES, *SESSION_ROUTES, VERTEX_ROUTE)  # besides request_api.CARRIED_ROUTES and
+# other_route_checks.ROUTES
 
 # GenerateReqInput fields that hold one value per prompt when given as a list: SGLang indexes them by prompt, so a
 # list of another length (or a list for one prompt) is a 500 in its HTTP process.
@@ -107,23 +87,8 @@ SERVER_SET_FIELDS = ("http_worker_ipc", "received_time", "num_items_assigned", "
                      "positional_embed_overrides")
 
 
-# Request headers SGLang reads as an integer on the OpenAI and Anthropic routes: /v1/messages answered one that is
-# not an integer with a 500 (the OpenAI routes with a 400).
-INT_HEADERS = (b"x-data-parallel-rank",)
-
-
 class BadRequest(ValueError):
     pass
-
-
-def check_headers(headers) -> None:
-    """The headers SGLang parses (ASGI's (name, value) byte pairs; names in lower case) have values it can parse."""
-    for name, value in headers:
-        if name in INT_HEADERS:
-            try:
-                int(value)
-            except ValueError:
-                raise BadRequest(f"the {name.decode()} header must be an integer, got {value!r:.40}") from None
 
 
 @dataclass(frozen=True)
@@ -159,7 +124,7 @@ def _is_bias(value: Any) -> bool:
     return isinstance(value, dict) and all(_is_num(v) and abs(v) <= FLOAT32_MAX for v in value.values())
 
 
-def _has_type(value: Any, kind: str) -> bool:
+def has_type(value: Any, kind: str) -> bool:
     if kind == INT:
         return _is_int(value)
     if kind == NUM:
@@ -191,7 +156,7 @@ def check_fields(obj: dict, fields: dict, where: str) -> None:
         kind = fields.get(name)
         if kind is None:
             raise BadRequest(f"{where} has an unknown field {name!r}")
-        if value is not None and not _has_type(value, kind):
+        if value is not None and not has_type(value, kind):
             raise BadRequest(f"{where}.{name} must be {kind} or null, got {value!r:.80}")
 
 
@@ -235,17 +200,17 @@ def check_fanout(body: dict, route: str) -> None:
         params = body.get("sampling_params")
         per = [_samples(p.get("n", _ABSENT) if isinstance(p, dict) else _ABSENT, "sampling_params.n")
                for p in _as_list(params)]
-        batch = _prompt_count(body) or 1
+        batch = prompt_count(body) or 1
     else:
         per = [_samples(body.get("n", _ABSENT), "n")]
-        batch = _completion_prompt_count(body) or 1
+        batch = completion_prompt_count(body) or 1
     n = max(per, default=1)
     if batch * n > MAX_FANOUT:
         raise BadRequest(f"a request may ask for at most {MAX_FANOUT} completions (prompts x n), got {batch} x {n}")
 
 
 def check_salt(salt: Any) -> None:
-    if salt is not None and not all(_has_type(s, NAME) for s in _as_list(salt)):
+    if salt is not None and not all(has_type(s, NAME) for s in _as_list(salt)):
         raise BadRequest(f"cache_salt must be a non-empty string (or a list of them, for a batch) of at most "
                          f"{MAX_NAME_LEN} characters")
 
@@ -313,7 +278,7 @@ def check_generate(body: dict, limits: Optional[ModelLimits]) -> None:
         check_input_embeds(body.get("input_embeds"), limits.hidden_size)
 
 
-def _prompt_count(body: dict) -> Optional[int]:
+def prompt_count(body: dict) -> Optional[int]:
     """How many prompts a /generate body holds as a batch; None for a single prompt."""
     text, ids, embeds = body.get("text"), body.get("input_ids"), body.get("input_embeds")
     if text is not None:
@@ -323,7 +288,7 @@ def _prompt_count(body: dict) -> Optional[int]:
     return len(embeds) if _is_batch(embeds) and _is_batch(embeds[0]) else None
 
 
-def _completion_prompt_count(body: dict, field: str = "prompt") -> Optional[int]:
+def completion_prompt_count(body: dict, field: str = "prompt") -> Optional[int]:
     """How many prompts a /v1/completions body (or an OpenAI embedding's `input`) holds as a batch (texts, or lists
     of ids); None for one."""
     prompt = body.get(field)
@@ -340,7 +305,7 @@ def check_rid(rid: Any, prompts: Optional[int]) -> None:
 def check_per_prompt_lists(body: dict, fields: tuple = PER_PROMPT_FIELDS) -> None:
     """A per-prompt field given as a list has one value per prompt of a batch (token_ids_logprob: a list of
     lists; a flat list of ids is shared by all)."""
-    prompts = _prompt_count(body)
+    prompts = prompt_count(body)
     nested_ids = _is_batch(body.get("token_ids_logprob"))
     for name in fields + (("token_ids_logprob",) if nested_ids else ()):
         value = body.get(name)
@@ -377,7 +342,7 @@ def check_openai_fields(body: dict, route: str, limits: Optional[ModelLimits]) -
     if body.get("logit_bias") is not None and not _is_bias(body["logit_bias"]):
         raise BadRequest(f"logit_bias must be {BIAS}")
     check_stop_regex(body.get("stop_regex"), "stop_regex")
-    check_rid(body.get("rid"), _completion_prompt_count(body) if route == "/v1/completions" else None)
+    check_rid(body.get("rid"), completion_prompt_count(body) if route == "/v1/completions" else None)
     if route == "/v1/chat/completions":
         check_top_logprobs(body.get("top_logprobs"), "top_logprobs", limits)
         check_final_message(body)
@@ -479,67 +444,6 @@ def check_text_length(body: dict, route: str, limits: Optional[ModelLimits]) -> 
                              f"{limits.context_len} tokens (more than {MAX_CHARS_PER_TOKEN} characters per token)")
 
 
-def check_embedding(body: dict, prompt_field: str, limits: Optional[ModelLimits]) -> None:
-    """An embedding or reward request (`prompt_field`: where its prompts are): fields SGLang's processes fill in are
-    refused as on /generate; a batch's `rid` is a list of one id per prompt, and its per-prompt fields one value
-    per prompt (SGLang indexes them); token ids lie in the vocabulary, and no prompt of a batch is empty."""
-    if prompt_field == "text":  # SGLang's own EmbeddingReqInput body
-        for name in SERVER_SET_FIELDS:
-            if body.get(name) is not None:
-                raise BadRequest(f"{name} is set by the server, not by a request")
-        prompts, ids = _prompt_count(body), body.get("input_ids")
-        check_per_prompt_lists(body, ("rid", "sampling_params"))
-        for name in BATCH_EMBEDDING_FIELDS if prompts is not None else ():
-            value = body.get(name)
-            if value is not None and not (isinstance(value, list) and len(value) == prompts):
-                raise BadRequest(f"{name} must be a list of one value per prompt of the batch's {prompts}")
-    else:
-        prompts, ids = _completion_prompt_count(body, prompt_field), body.get(prompt_field)
-        check_rid(body.get("rid"), prompts)
-    if prompts is not None and body.get("rid") is not None and not isinstance(body["rid"], list):
-        raise BadRequest("rid must be a list of one id per prompt for a batch")  # SGLang asserted it: a 500
-    check_token_ids(ids, prompt_field if prompt_field != "text" else "input_ids", limits and limits.vocab_size)
-
-
-def check_parser(name: Any, field: str) -> None:
-    """The parser a body names is one SGLang has (its reasoning parsers are looked up in lower case)."""
-    if field == "tool_call_parser":
-        from sglang.srt.function_call.function_call_parser import FunctionCallParser
-
-        known, key = FunctionCallParser.ToolCallParserEnum, name
-    else:
-        from sglang.srt.parser.reasoning_parser import ReasoningParser
-
-        known, key = ReasoningParser.DetectorMap, name.lower() if isinstance(name, str) else name
-    if not isinstance(key, str) or key not in known:
-        raise BadRequest(f"{field} must name one of SGLang's parsers ({', '.join(sorted(known))}), got {name!r:.80}")
-
-
-def check_ollama_options(options: Any, limits: Optional[ModelLimits]) -> None:
-    """Ollama's `options` that SGLang turns into sampling fields have the types those fields take (or are null) and
-    pass SGLang's own SamplingParams.verify; the ones it ignores are not looked at. Checked here because Ollama
-    streams by default, and SGLang's refusal came after the stream's 200 (its body: "Internal Server Error")."""
-    if not isinstance(options, dict):
-        return  # SGLang's model refuses it
-    params = {}
-    for name, field in OLLAMA_OPTIONS.items():
-        value = options.get(name)
-        if value is None:
-            continue
-        if field is None:
-            raise BadRequest(f"options.{name} is not supported by this server")
-        if not _has_type(value, SAMPLING_FIELDS[field]):
-            raise BadRequest(f"options.{name} must be {SAMPLING_FIELDS[field]} or null, got {value!r:.80}")
-        params[field] = value
-    if limits is not None:
-        from sglang.srt.sampling.sampling_params import SamplingParams
-
-        try:
-            SamplingParams(**params).verify(limits.vocab_size)
-        except ValueError as e:
-            raise BadRequest(f"options: {e}"[:300]) from None
-
-
 def vertex_as_generate(body: dict) -> Optional[dict]:
     """The /generate body SGLang's Vertex AI route builds: the prompts of its `instances` (the first of text,
     input_ids, input_embeds that the first instance has) as a batch, `parameters` as the other fields. None where
@@ -572,19 +476,6 @@ def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) 
         generate = vertex_as_generate(body)
         if generate is not None:
             check_request(generate, "/generate", limits)
-        return
-    if route in EMBEDDING_ROUTES:
-        check_embedding(body, EMBEDDING_ROUTES[route], limits)
-        return
-    if route in PARSER_FIELDS:
-        check_parser(body.get(PARSER_FIELDS[route]), PARSER_FIELDS[route])
-        return
-    if route in OLLAMA_ROUTES:
-        check_ollama_options(body.get("options"), limits)
-        return
-    if route in NON_EMPTY_FIELDS:
-        if body.get(NON_EMPTY_FIELDS[route]) == []:
-            raise BadRequest(f"{NON_EMPTY_FIELDS[route]} must not be empty")
         return
     check_salt(body.get("cache_salt"))
     check_session_params(body.get("session_params"))

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_ext.request_api import TTL_PARAM, rewrite
-from sglang_ext.request_checks import MAX_FANOUT, MAX_SAMPLES, BadRequest, ModelLimits, check_headers
+from sglang_ext.other_route_checks import check_headers
+from sglang_ext.request_checks import MAX_FANOUT, MAX_SAMPLES, BadRequest, ModelLimits
 from sglang_ext.serving_cache import ServedRequests, refused_on_arrival, request_ttl_s
 from tiers.retention import MAX_TTL_S
 
