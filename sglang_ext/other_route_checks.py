@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from sglang_ext.request_checks import (SAMPLING_FIELDS, SERVER_SET_FIELDS, BadRequest, ModelLimits,
-                                       check_per_prompt_lists, check_rid, check_token_ids, completion_prompt_count,
-                                       has_type, prompt_count)
+from sglang_ext.request_checks import (SAMPLING_FIELDS, SERVER_SET_FIELDS, BadRequest, ModelLimits, as_list,
+                                       check_per_prompt_lists, check_rid, check_text_length, check_token_ids,
+                                       completion_prompt_count, has_type, prompt_count, template_text_length)
 
 # The embedding and reward routes (SGLang's EmbeddingReqInput, and the OpenAI routes that build one) and the field
 # that holds their prompts: a list `rid` for one prompt (or of another length) was a TypeError in SGLang, a 500.
@@ -37,7 +37,20 @@ OLLAMA_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_
                   "seed": None}
 # SGLang's parser routes build the parser a body names; one it does not know was a ValueError there, a 500.
 PARSER_FIELDS = {"/parse_function_call": "tool_call_parser", "/separate_reasoning": "reasoning_parser"}
-ROUTES = (*EMBEDDING_ROUTES, *NON_EMPTY_FIELDS, *OLLAMA_ROUTES, *PARSER_FIELDS)
+# Every route here that tokenizes, and the fields each renders into one prompt (the routes of batches: the field
+# whose items are prompts). Tokenizing runs in SGLang's HTTP process: an 18 MB text held every other request for
+# 17-30 s on each of them (then a 400 for a prompt longer than the context, or a count of 10 million tokens), so a
+# text that could not fit the context is refused first, as on /generate.
+CHAT_FIELDS = ("messages", "system", "tools")
+PROMPT_FIELDS = {
+    "/v1/messages": CHAT_FIELDS, "/v1/messages/count_tokens": CHAT_FIELDS,
+    "/v1/responses": ("input", "instructions", "tools"),
+    "/v1/tokenize": ("messages", "tools"), "/tokenize": ("messages", "tools"),
+    **dict.fromkeys(OLLAMA_ROUTES, ("messages", "prompt", "system", "suffix", "template")),
+}
+BATCH_PROMPT_FIELDS = {**EMBEDDING_ROUTES, "/v1/tokenize": "prompt", "/tokenize": "prompt"}
+PAIRED_ROUTES = {"/v1/score": "items", "/v1/rerank": "documents"}  # each item is tokenized after the query
+ROUTES = (*EMBEDDING_ROUTES, *NON_EMPTY_FIELDS, *OLLAMA_ROUTES, *PARSER_FIELDS, *PROMPT_FIELDS, *PAIRED_ROUTES)
 # Request headers SGLang reads as an integer on the OpenAI and Anthropic routes: /v1/messages answered one that is
 # not an integer with a 500 (the OpenAI routes with a 400).
 INT_HEADERS = (b"x-data-parallel-rank",)
@@ -54,6 +67,22 @@ def check_route(body: dict, route: str, limits: Optional[ModelLimits] = None) ->
         check_ollama_options(body.get("options"), limits)
     elif route in NON_EMPTY_FIELDS and body.get(NON_EMPTY_FIELDS[route]) == []:
         raise BadRequest(f"{NON_EMPTY_FIELDS[route]} must not be empty")
+    check_text_length(body, route, limits, prompt_lengths)
+
+
+def prompt_lengths(body: dict, route: str, most: float) -> list:
+    """The length in characters of each prompt text `route` would tokenize from `body`, counted until it passes
+    `most` (what a chat template could render of a conversation; a query with each item it is scored against)."""
+    lengths = []
+    if route in PROMPT_FIELDS:
+        lengths.append(template_text_length([body.get(k) for k in PROMPT_FIELDS[route]], most))
+    if route in BATCH_PROMPT_FIELDS:
+        texts = body.get(BATCH_PROMPT_FIELDS[route])
+        lengths += [template_text_length(text, most) for text in as_list(texts)]
+    if route in PAIRED_ROUTES:
+        query, items = template_text_length(body.get("query"), most), body.get(PAIRED_ROUTES[route])
+        lengths += [query + template_text_length(item, most) for item in as_list(items)]
+    return lengths
 
 
 def check_headers(headers) -> None:

@@ -109,7 +109,7 @@ def _is_num(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _as_list(value: Any) -> list:
+def as_list(value: Any) -> list:
     """A field that takes one value or a list of them (one per prompt of a batch), as a list."""
     return value if isinstance(value, list) else [value]
 
@@ -162,7 +162,7 @@ def check_fields(obj: dict, fields: dict, where: str) -> None:
 
 def check_sampling_params(params: Any) -> None:
     """`/generate`'s `sampling_params`: an object (or a list of them, for a batch) of known fields and types."""
-    for one in _as_list(params):
+    for one in as_list(params):
         if one is None:
             continue
         if not isinstance(one, dict):
@@ -174,7 +174,7 @@ def check_sampling_params(params: Any) -> None:
 def check_stop_regex(patterns: Any, field: str) -> None:
     """Each stop regex parses: SGLang parses them in its HTTP process and answered a bad one with a 500. Patterns
     over SGLang's own length limit are left to its 400 (parsing is linear in the pattern's length)."""
-    for pattern in _as_list(patterns):
+    for pattern in as_list(patterns):
         if isinstance(pattern, str) and len(pattern.encode()) <= MAX_STOP_REGEX_BYTES:
             try:
                 re.compile(pattern)
@@ -199,7 +199,7 @@ def check_fanout(body: dict, route: str) -> None:
     if route == "/generate":
         params = body.get("sampling_params")
         per = [_samples(p.get("n", _ABSENT) if isinstance(p, dict) else _ABSENT, "sampling_params.n")
-               for p in _as_list(params)]
+               for p in as_list(params)]
         batch = prompt_count(body) or 1
     else:
         per = [_samples(body.get("n", _ABSENT), "n")]
@@ -210,7 +210,7 @@ def check_fanout(body: dict, route: str) -> None:
 
 
 def check_salt(salt: Any) -> None:
-    if salt is not None and not all(has_type(s, NAME) for s in _as_list(salt)):
+    if salt is not None and not all(has_type(s, NAME) for s in as_list(salt)):
         raise BadRequest(f"cache_salt must be a non-empty string (or a list of them, for a batch) of at most "
                          f"{MAX_NAME_LEN} characters")
 
@@ -319,9 +319,9 @@ def check_per_prompt_lists(body: dict, fields: tuple = PER_PROMPT_FIELDS) -> Non
 
 def check_logprob_fields(body: dict, limits: Optional[ModelLimits]) -> None:
     """/generate's logprob fields, each a value or a list of one per prompt."""
-    for k in _as_list(body.get("top_logprobs_num")):
+    for k in as_list(body.get("top_logprobs_num")):
         check_top_logprobs(k, "top_logprobs_num", limits)
-    for start in _as_list(body.get("logprob_start_len")):
+    for start in as_list(body.get("logprob_start_len")):
         if _is_int(start) and start < -1:
             raise BadRequest(f"logprob_start_len must be -1 (output only) or a prompt position, got {start}")
 
@@ -431,14 +431,16 @@ def prompt_lengths(body: dict, route: str, most: float = math.inf) -> list:
     if route == "/v1/chat/completions":
         return [template_text_length([body.get(k) for k in ("messages", "tools", "chat_template_kwargs")], most)]
     text = body.get("text" if route == "/generate" else "prompt")
-    return [len(t) for t in _as_list(text) if isinstance(t, str)]
+    return [len(t) for t in as_list(text) if isinstance(t, str)]
 
 
-def check_text_length(body: dict, route: str, limits: Optional[ModelLimits]) -> None:
+def check_text_length(body: dict, route: str, limits: Optional[ModelLimits], lengths=prompt_lengths) -> None:
+    """No prompt text of the body (`lengths`: its texts' lengths, counted up to a bound) is longer than the
+    context could hold."""
     if limits is None or limits.context_len is None:
         return
     most = limits.context_len * MAX_CHARS_PER_TOKEN
-    for n in prompt_lengths(body, route, most):
+    for n in lengths(body, route, most):
         if n > most:
             raise BadRequest(f"a prompt of at least {n} characters cannot fit the model's context of "
                              f"{limits.context_len} tokens (more than {MAX_CHARS_PER_TOKEN} characters per token)")

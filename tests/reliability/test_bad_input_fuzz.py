@@ -235,6 +235,8 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     ("/v1/score", {"model": "default", "query": "hi", "items": ["a"], "label_token_ids": []}),
     ("/v1/embeddings", {"model": "default", "input": "hi", "rid": []}),
     ("/encode", {"text": "hi", "sampling_params": []}),
+    # answered with a count, after holding every other request while it was tokenized
+    ("/v1/messages/count_tokens", {"model": "default", "messages": [{"role": "user", "content": "x" * (8192 * 32)}]}),
     ("/parse_function_call", {"text": "hi", "tool_call_parser": "no-such-parser", "tools": []}),
 ])
 def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, route, body):

@@ -404,6 +404,12 @@ def test_only_a_request_the_scheduler_refused_as_invalid_counts_as_refused_on_ar
         {"type": "function", "function": {"name": "f", "description": "w" * 248, "parameters": {"type": "object"}}}]}),
     ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
                               "chat_template_kwargs": {"documents": [{"text": "v" * 291}]}}),
+    # SGLang's other routes that tokenize: 15 characters of structure in {"role": "user", "content": ...}; a score's
+    # query is tokenized with each item
+    ("/v1/messages/count_tokens", {"model": "m", "messages": [{"role": "user", "content": "a" * 306}]}),
+    ("/api/generate", {"model": "m", "prompt": "b" * 321}),
+    ("/v1/embeddings", {"model": "m", "input": ["ok", "c" * 321]}),
+    ("/v1/score", {"query": "q", "items": ["ok", "d" * 320]}), ("/v1/tokenize", {"model": "m", "prompt": "e" * 321}),
 ])
 def test_a_text_too_long_for_the_context_is_a_400_before_it_is_tokenized(route, body):
     """A context of 10 tokens takes at most 320 characters of text (MAX_CHARS_PER_TOKEN); tokenizing a longer one
@@ -412,7 +418,8 @@ def test_a_text_too_long_for_the_context_is_a_400_before_it_is_tokenized(route, 
     status, out = rewrite(route, json.dumps(body).encode(), None, limits)
     assert status == 400 and "context of 10 tokens" in json.loads(out)["message"]
     raw = json.dumps(body)
-    for c, n in (("x", 321), ("y", 79), ("z", 300), ("w", 248), ("v", 291)):
+    for c, n in (("x", 321), ("y", 79), ("z", 300), ("w", 248), ("v", 291), ("a", 306), ("b", 321), ("c", 321),
+                 ("d", 320), ("e", 321)):
         raw = raw.replace(c * n, c * (n - 1))
     assert rewrite(route, raw.encode(), None, limits)[0] == 200
 
