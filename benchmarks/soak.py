@@ -60,6 +60,14 @@ BAD_INPUTS = (
     {"cache_salt": ""},
     {"cache_salt": ["a", None]},
 )
+# Whole bodies for SGLang's other routes, each of which stopped the scheduler or was a 500 before the checks of
+# 2026-12-06 (README, "One request cannot stop the server"); sent among the /generate ones above.
+OTHER_ROUTE_BAD_INPUTS = (
+    ("/v1/score", {"model": "default", "query": [], "items": [[]], "label_token_ids": [1]}),
+    ("/api/generate", {"model": "default", "prompt": "soak", "options": {"top_k": 0, "num_predict": 1}}),
+    ("/v1/messages/count_tokens", {"model": "default", "messages": []}),
+    ("/v1/embeddings", {"model": "default", "input": "soak", "rid": []}),
+)
 LOCKS_DEADLINE_S = 60.0
 REQUEST_TIMEOUT_S = 120.0
 HOST_RATIO = "1.5"  # host tier = 1.5x the device pool: full most of the run
@@ -171,23 +179,24 @@ class _Tally:
                 messages.append(msg)
 
 
-def _ask(server: Server, body: dict) -> Tuple[int, object]:
+def _ask(server: Server, body: dict, route: str = "/generate") -> Tuple[int, object]:
     try:
-        return server.post_status("/generate", body, timeout=REQUEST_TIMEOUT_S)
+        return server.post_status(route, body, timeout=REQUEST_TIMEOUT_S)
     except (OSError, ValueError) as e:  # timeouts, resets, unreadable bodies: all failures
         return -1, f"{type(e).__name__}: {e}"
 
 
 def _bad_input(target: LiveTarget, rng: random.Random, tally: _Tally) -> None:
-    bad = rng.choice(BAD_INPUTS)
-    body = {"text": words(rng, 8), "sampling_params": {"max_new_tokens": 1, "temperature": 0}, **bad}
-    status, answer, _ = target.ask(body)
+    route, bad = rng.choice([*(("/generate", b) for b in BAD_INPUTS), *OTHER_ROUTE_BAD_INPUTS])
+    body = {"text": words(rng, 8), "sampling_params": {"max_new_tokens": 1, "temperature": 0}, **bad} \
+        if route == "/generate" else bad
+    status, answer, _ = target.ask(body, route)
     good = 400 <= status < 500 and isinstance(answer, dict) and bool(answer.get("message"))
     with tally.lock:
         tally.bad_inputs += 1
         tally.bad_input_failures += not good
     if not good:
-        tally.error(f"bad input {bad} -> {status}: {str(answer)[:200]}")
+        tally.error(f"bad input {route} {bad} -> {status}: {str(answer)[:200]}")
 
 
 def _session(target: LiveTarget, cfg: SoakConfig, rng: random.Random, system: Dict[int, str], tally: _Tally,

@@ -52,7 +52,7 @@ class LiveTarget:
         with self._cond:
             return self._server
 
-    def ask(self, body: dict) -> Tuple[int, object, int]:
+    def ask(self, body: dict, route: str = "/generate") -> Tuple[int, object, int]:
         """(status, answer, weights revision that answered) for one request, or (-1, why, -1) if the gate
         stayed closed past its deadline."""
         with self._cond:
@@ -61,7 +61,7 @@ class LiveTarget:
             self._in_flight += 1
             server, revision = self._server, self.revision
         try:
-            status, answer = self._ask(server, body)
+            status, answer = self._ask(server, body, route)
             return status, answer, revision
         finally:
             with self._cond:
