@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from sglang_ext.request_checks import (SAMPLING_FIELDS, SERVER_SET_FIELDS, BadRequest, ModelLimits, as_list,
-                                       check_per_prompt_lists, check_rid, check_text_length, check_token_ids,
+from sglang_ext.request_checks import (SAMPLING_FIELDS, BadRequest, ModelLimits, as_list, check_per_prompt_lists,
+                                       check_rid, check_server_set_fields, check_text_length, check_token_ids,
                                        completion_prompt_count, has_type, prompt_count, template_text_length)
 
 # The embedding and reward routes (SGLang's EmbeddingReqInput, and the OpenAI routes that build one) and the field
@@ -100,9 +100,7 @@ def check_embedding(body: dict, prompt_field: str, limits: Optional[ModelLimits]
     refused as on /generate; a batch's `rid` is a list of one id per prompt, and its per-prompt fields one value
     per prompt (SGLang indexes them); token ids lie in the vocabulary, and no prompt of a batch is empty."""
     if prompt_field == "text":  # SGLang's own EmbeddingReqInput body
-        for name in SERVER_SET_FIELDS:
-            if body.get(name) is not None:
-                raise BadRequest(f"{name} is set by the server, not by a request")
+        check_server_set_fields(body)
         prompts, ids = prompt_count(body), body.get("input_ids")
         check_per_prompt_lists(body, ("rid", "sampling_params"))
         for name in BATCH_EMBEDDING_FIELDS if prompts is not None else ():

@@ -266,10 +266,15 @@ def check_input_embeds(embeds: Any, hidden_size: int) -> None:
                              "(or a batch of them)")
 
 
-def check_generate(body: dict, limits: Optional[ModelLimits]) -> None:
+def check_server_set_fields(body: dict) -> None:
+    """None of SERVER_SET_FIELDS is in a /generate (or SGLang's embedding) body."""
     for name in SERVER_SET_FIELDS:
         if body.get(name) is not None:
             raise BadRequest(f"{name} is set by the server, not by a request")
+
+
+def check_generate(body: dict, limits: Optional[ModelLimits]) -> None:
+    check_server_set_fields(body)
     check_sampling_params(body.get("sampling_params"))
     check_per_prompt_lists(body)
     check_logprob_fields(body, limits)
