@@ -22,10 +22,6 @@ EMBEDDING_ROUTES = {"/encode": "text", "/classify": "text", "/v1/embeddings": "i
 # An embedding batch's fields that SGLang indexes by prompt besides `rid` and `sampling_params`, each a list of one
 # value per prompt in a batch (a list for one prompt is that prompt's: several images for one text, say).
 BATCH_EMBEDDING_FIELDS = ("image_data", "video_data", "audio_data", "embed_overrides", "multi_item_delimiter_indices")
-# Lists that must not be empty, by route: Anthropic's token count renders the chat template on the messages as sent
-# (none at all was an IndexError; /v1/messages refuses that itself), and a score of no label tokens failed after the
-# model had run (a RuntimeError). Each was a 500.
-NON_EMPTY_FIELDS = {"/v1/messages/count_tokens": "messages", "/v1/score": "label_token_ids"}
 # Ollama's routes (the same variables SGLang's http_server reads) pass the `options` below to SamplingParams as
 # sent, under SGLang's names (OllamaServing._convert_options_to_sampling_params; others are ignored there). A value of
 # the wrong type was a 500 (a list of lists in `stop`: an IndexError in the tokenizer), and `seed` always was: it
@@ -35,6 +31,11 @@ OLLAMA_ROUTES = (os.environ.get("SGLANG_OLLAMA_CHAT_ROUTE", "/api/chat"),
 OLLAMA_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "num_predict": "max_new_tokens",
                   "stop": "stop", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
                   "seed": None}
+# Lists that must not be empty, by route: Anthropic's token count and Ollama's chat render the chat template on the
+# messages as sent (none at all was an IndexError; /v1/messages refuses that itself), and a score of no label tokens
+# failed after the model had run (a RuntimeError). Each was a 500.
+NON_EMPTY_FIELDS = {"/v1/messages/count_tokens": "messages", OLLAMA_ROUTES[0]: "messages",
+                    "/v1/score": "label_token_ids"}
 # SGLang's parser routes build the parser a body names; one it does not know was a ValueError there, a 500.
 PARSER_FIELDS = {"/parse_function_call": "tool_call_parser", "/separate_reasoning": "reasoning_parser"}
 # Every route here that tokenizes, and the fields each renders into one prompt (the routes of batches: the field
@@ -65,7 +66,7 @@ def check_route(body: dict, route: str, limits: Optional[ModelLimits] = None) ->
         check_parser(body.get(PARSER_FIELDS[route]), PARSER_FIELDS[route])
     elif route in OLLAMA_ROUTES:
         check_ollama_options(body.get("options"), limits)
-    elif route in NON_EMPTY_FIELDS and body.get(NON_EMPTY_FIELDS[route]) == []:
+    if route in NON_EMPTY_FIELDS and body.get(NON_EMPTY_FIELDS[route]) == []:
         raise BadRequest(f"{NON_EMPTY_FIELDS[route]} must not be empty")
     check_text_length(body, route, limits, prompt_lengths)
 

@@ -232,6 +232,7 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     ("/api/generate", {"model": "default", "prompt": "hi", "stream": False, "options": {"seed": 7, "num_predict": 1}}),
     ("/api/generate", {"model": "default", "prompt": "hi", "stream": False, "options": {"num_predict": 10**5}}),
     ("/v1/messages/count_tokens", {"model": "default", "messages": []}),
+    ("/api/chat", {"model": "default", "messages": [], "stream": False}),  # once /api/chat served (ollama_chat)
     ("/v1/score", {"model": "default", "query": "hi", "items": ["a"], "label_token_ids": []}),
     ("/v1/embeddings", {"model": "default", "input": "hi", "rid": []}),
     ("/encode", {"text": "hi", "sampling_params": []}),
@@ -280,18 +281,21 @@ def other_route_fields() -> list:
     """(route, a body it serves or answers with a 4xx, the fields SGLang's model for it has) for SGLang's routes
     besides /generate and the two OpenAI ones the fuzz draws; Ollama's options as fields of their own."""
     from sglang.srt.entrypoints.anthropic.protocol import AnthropicCountTokensRequest, AnthropicMessagesRequest
-    from sglang.srt.entrypoints.ollama.protocol import OllamaGenerateRequest
+    from sglang.srt.entrypoints.ollama.protocol import OllamaChatRequest, OllamaGenerateRequest
     from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ScoringRequest, TokenizeRequest
     from sglang.srt.managers.io_struct import EmbeddingReqInput
 
     messages = [{"role": "user", "content": "hi"}]
     ollama = {"model": "default", "prompt": "hi", "stream": False, "options": {"num_predict": 1}}
+    ollama_chat = {"model": "default", "messages": messages, "stream": False, "options": {"num_predict": 1}}
     return [
         ("/v1/messages", dict(CHAT_BODY, messages=messages), list(AnthropicMessagesRequest.model_fields)),
         ("/v1/messages/count_tokens", {"model": "default", "messages": messages},
          list(AnthropicCountTokensRequest.model_fields)),
         ("/api/generate", ollama, list(OllamaGenerateRequest.model_fields)),
         ("/api/generate", ollama, [f"options.{name}" for name in OLLAMA_OPTIONS]),
+        ("/api/chat", ollama_chat, list(OllamaChatRequest.model_fields)),
+        ("/api/chat", ollama_chat, [f"options.{name}" for name in OLLAMA_OPTIONS]),
         ("/v1/score", {"model": "default", "query": "hi", "items": ["a"], "label_token_ids": [1]},
          list(ScoringRequest.model_fields)),
         ("/v1/embeddings", {"model": "default", "input": "hi"}, list(EmbeddingRequest.model_fields)),
@@ -307,9 +311,10 @@ OLLAMA_OPTIONS = ("temperature", "top_p", "top_k", "num_predict", "stop", "prese
 
 
 def test_every_field_of_the_other_routes_with_an_odd_value_is_answered_and_the_scheduler_lives(tiered_server):
-    """The sweep above, on SGLang's other routes (not /v1/responses or Ollama's /api/chat, which SGLang 0.5.20
-    answers with a 500 whatever they are sent on this model). One server: these checks do not depend on the tiers.
-    (2026-12-06: an empty `/v1/score` query and item stopped the scheduler, and a dozen fields were a 500.)"""
+    """The sweep above, on SGLang's other routes (not /v1/responses, which SGLang 0.5.20 answers with a 500 whatever
+    it is sent on this model). One server: these checks do not depend on the tiers. (2026-12-06: an empty
+    `/v1/score` query and item stopped the scheduler, a dozen fields were a 500, and once Ollama's /api/chat
+    served, an empty `messages` there.)"""
     for route, base, fields in other_route_fields():
         status, answer = tiered_server.post_status(route, base, timeout=ANSWER_DEADLINE_S)
         assert status == 200 or 400 <= status < 500, f"{status} for {route}'s base body: {answer}"

@@ -71,3 +71,26 @@ def test_prompt_evicted_from_device_comes_back_from_host(hicache_server, nocache
     assert details["device"] < details["host"]
     reference = nocache_server.generate(prompt, max_new_tokens=8)
     assert again["output_ids"] == first["output_ids"] == reference["output_ids"]
+
+
+def test_ollama_chat_answers_as_the_openai_chat_does(tiered_server):
+    """SGLang's Ollama `/api/chat` serves (sglang_ext/ollama_chat.py: under the transformers SGLang 0.5.20 pins, its
+    chat template gave a BatchEncoding where ids belong, and every chat was a 500): the same messages give the same
+    prompt tokens and, greedy, the same reply as /v1/chat/completions; streamed, the reply's text up to its last
+    piece, which SGLang's Ollama stream leaves out of its final chunk (its `done` chunk carries no text)."""
+    import json
+    import urllib.request
+
+    messages = [{"role": "system", "content": words(4, 12)}, {"role": "user", "content": words(5, 10)}]
+    openai = chat(tiered_server, messages, max_tokens=6)
+    body = {"model": "default", "messages": messages, "options": {"num_predict": 6, "temperature": 0}}
+    whole = tiered_server.post("/api/chat", dict(body, stream=False))
+    assert whole["done"] and whole["prompt_eval_count"] == openai["usage"]["prompt_tokens"]
+    assert whole["message"]["content"] == openai["choices"][0]["message"]["content"]
+    req = urllib.request.Request(tiered_server.url + "/api/chat", data=json.dumps(dict(body, stream=True)).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        chunks = [json.loads(line) for line in r.read().splitlines() if line.strip()]
+    assert chunks[-1]["done"] and not any(c["done"] for c in chunks[:-1])
+    streamed = "".join(c["message"]["content"] for c in chunks)
+    assert streamed and whole["message"]["content"].startswith(streamed)

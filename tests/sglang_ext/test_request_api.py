@@ -263,6 +263,7 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/api/generate", {"model": "m", "prompt": "x", "options": {"num_predict": 1e30}}),
     ("/api/generate", {"model": "m", "prompt": "x", "options": {"top_k": 0}}),  # SGLang's verify, after the 200
     ("/api/chat", {"model": "m", "messages": [], "options": {"temperature": -1}}),
+    ("/api/chat", {"model": "m", "messages": []}),  # the chat template indexed the first message: an IndexError
     ("/v1/messages/count_tokens", {"model": "m", "messages": []}),
     ("/v1/score", {"query": "x", "items": ["y"], "label_token_ids": []}),
     ("/v1/embeddings", {"model": "m", "input": "x", "rid": []}),
