@@ -14,11 +14,12 @@ SGLANG_VERSION=0.5.20
 TORCH_VERSION=2.13.0
 NIXL_VERSION=1.5.1
 # What sglang needs at run time on the CPU path (its full dependency list pulls CUDA-only packages and a
-# multi-GB CUDA torch; see ../shared/docs/sglang-on-cpu.md).
+# multi-GB CUDA torch; see ../shared/docs/sglang-on-cpu.md). openai-harmony (sglang's own pin): without it SGLang
+# leaves /v1/responses unset up, and the route answered every request with a 500.
 CPU_RUNTIME_DEPS=(numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pyzmq tqdm ipython
   pydantic aiohttp transformers==5.12.1 tokenizers==0.22.2 dill compressed-tensors==0.18.0 gguf openai==2.6.1
-  partial-json-parser apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 uvicorn uvloop fastapi setproctitle einops
-  jsonschema soundfile==0.13.1 python-multipart xxhash pyyaml prometheus-client)
+  openai-harmony==0.0.4 partial-json-parser apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 uvicorn uvloop fastapi
+  setproctitle einops jsonschema soundfile==0.13.1 python-multipart xxhash pyyaml prometheus-client)
 
 log() { printf 'setup.sh: %s\n' "$*"; }
 start=$(date +%s)

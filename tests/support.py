@@ -36,3 +36,8 @@ def settled_stats(server) -> dict:
         if now == last or time.monotonic() > deadline:
             return now
         last = now
+
+
+def served_model(server) -> str:
+    """The served model's name, which /v1/responses requires (it refuses "default", which the other routes take)."""
+    return server.get("/v1/models")["data"][0]["id"]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support import settled_stats, stats_now
+from tests.support import served_model, settled_stats, stats_now
 
 pytestmark = pytest.mark.server
 TTL_PARAM = "sglang_ext_ttl_s"  # request_api's internal key, spelled out: a client could type it
@@ -232,7 +232,7 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     ("/api/generate", {"model": "default", "prompt": "hi", "stream": False, "options": {"seed": 7, "num_predict": 1}}),
     ("/api/generate", {"model": "default", "prompt": "hi", "stream": False, "options": {"num_predict": 10**5}}),
     ("/v1/messages/count_tokens", {"model": "default", "messages": []}),
-    ("/api/chat", {"model": "default", "messages": [], "stream": False}),  # once /api/chat served (ollama_chat)
+    ("/api/chat", {"model": "default", "messages": [], "stream": False}),  # once /api/chat served (chat_templates)
     ("/v1/score", {"model": "default", "query": "hi", "items": ["a"], "label_token_ids": []}),
     ("/v1/embeddings", {"model": "default", "input": "hi", "rid": []}),
     ("/encode", {"text": "hi", "sampling_params": []}),
@@ -248,6 +248,17 @@ def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, 
     alive, _ = fuzzed.post_status("/generate", {"text": "still there", "sampling_params": ONE_TOKEN},
                                   timeout=ANSWER_DEADLINE_S)
     assert alive == 200
+
+
+@pytest.mark.parametrize("items", [[], [{"type": "reasoning", "id": "r", "summary": []}]])
+def test_a_responses_input_of_no_messages_is_a_clear_400_that_changes_nothing(tiered_server, items):
+    """Once /v1/responses served (setup installs SGLang's openai-harmony): an input that becomes no chat message had
+    the chat template index the first one, a 500 (a probe of 1,500 random input items found no other)."""
+    before = settled_stats(tiered_server)
+    body = {"model": served_model(tiered_server), "input": items, "max_output_tokens": 4}
+    status, answer = tiered_server.post_status("/v1/responses", body, timeout=ANSWER_DEADLINE_S)
+    assert status == 400 and "no message" in str(answer), f"{status}: {answer}"
+    assert stats_now(tiered_server) == before
 
 
 ODD_VALUES = ([], -1, {"a": None}, "x", 2**63)  # a type or a size no field of /generate expects all of
@@ -277,12 +288,14 @@ def test_every_generate_field_with_an_odd_value_is_answered_and_the_scheduler_li
     assert alive == 200
 
 
-def other_route_fields() -> list:
+def other_route_fields(model: str) -> list:
     """(route, a body it serves or answers with a 4xx, the fields SGLang's model for it has) for SGLang's routes
-    besides /generate and the two OpenAI ones the fuzz draws; Ollama's options as fields of their own."""
+    besides /generate and the two OpenAI ones the fuzz draws; Ollama's options as fields of their own. `model`: the
+    served model's name, for /v1/responses."""
     from sglang.srt.entrypoints.anthropic.protocol import AnthropicCountTokensRequest, AnthropicMessagesRequest
     from sglang.srt.entrypoints.ollama.protocol import OllamaChatRequest, OllamaGenerateRequest
-    from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ScoringRequest, TokenizeRequest
+    from sglang.srt.entrypoints.openai.protocol import (EmbeddingRequest, ResponsesRequest, ScoringRequest,
+                                                        TokenizeRequest)
     from sglang.srt.managers.io_struct import EmbeddingReqInput
 
     messages = [{"role": "user", "content": "hi"}]
@@ -301,6 +314,7 @@ def other_route_fields() -> list:
         ("/v1/embeddings", {"model": "default", "input": "hi"}, list(EmbeddingRequest.model_fields)),
         ("/encode", {"text": "hi"}, [f.name for f in dataclasses.fields(EmbeddingReqInput)]),
         ("/v1/tokenize", {"model": "default", "prompt": "hi"}, list(TokenizeRequest.model_fields)),
+        ("/v1/responses", {"model": model, "input": "hi", "max_output_tokens": 4}, list(ResponsesRequest.model_fields)),
         ("/parse_function_call", {"text": "hi", "tool_call_parser": "llama3", "tools": []}, ["tool_call_parser"]),
         ("/separate_reasoning", {"text": "hi", "reasoning_parser": "deepseek-r1"}, ["reasoning_parser"]),
     ]
@@ -311,11 +325,10 @@ OLLAMA_OPTIONS = ("temperature", "top_p", "top_k", "num_predict", "stop", "prese
 
 
 def test_every_field_of_the_other_routes_with_an_odd_value_is_answered_and_the_scheduler_lives(tiered_server):
-    """The sweep above, on SGLang's other routes (not /v1/responses, which SGLang 0.5.20 answers with a 500 whatever
-    it is sent on this model). One server: these checks do not depend on the tiers. (2026-12-06: an empty
-    `/v1/score` query and item stopped the scheduler, a dozen fields were a 500, and once Ollama's /api/chat
-    served, an empty `messages` there.)"""
-    for route, base, fields in other_route_fields():
+    """The sweep above, on SGLang's other routes. One server: these checks do not depend on the tiers. (2026-12-06:
+    an empty `/v1/score` query and item stopped the scheduler, a dozen fields were a 500, and once Ollama's /api/chat
+    and /v1/responses served, an empty `messages` on the first and an empty `input` on the second.)"""
+    for route, base, fields in other_route_fields(served_model(tiered_server)):
         status, answer = tiered_server.post_status(route, base, timeout=ANSWER_DEADLINE_S)
         assert status == 200 or 400 <= status < 500, f"{status} for {route}'s base body: {answer}"
         for field in fields:
@@ -335,7 +348,7 @@ def test_every_field_of_the_other_routes_with_an_odd_value_is_answered_and_the_s
 def test_several_odd_fields_at_once_on_the_other_routes_are_answered_and_a_4xx_changes_nothing(tiered_server, data):
     """The sweep's fields two to four at a time, with any JSON values (a random probe of 40,000 such requests found
     the batch cases of the embedding routes that one field at a time did not)."""
-    route, base, fields = data.draw(st.sampled_from(other_route_fields()))
+    route, base, fields = data.draw(st.sampled_from(other_route_fields(served_model(tiered_server))))
     body = json.loads(json.dumps(base))
     for field in data.draw(st.lists(st.sampled_from(fields), min_size=1, max_size=4, unique=True)):
         value = data.draw(st.one_of(json_values, st.sampled_from(ODD_VALUES + (0, [[]], 3e9, 2**31))))

@@ -7,11 +7,12 @@ import dataclasses
 
 import pytest
 
-from tests.support import settled_stats, start_server, stats_now
+from tests.support import served_model, settled_stats, start_server, stats_now
 
 pytestmark = pytest.mark.server
 ANSWER_DEADLINE_S = 60.0
 CHAT = [{"role": "user", "content": "hi"}]
+SERVED = "the served model's name"  # /v1/responses takes no other; the test asks the server
 ODD_VALUES = ([], -1, {"a": None}, "x", 2**63, 0, [[]])
 
 
@@ -41,6 +42,8 @@ def message_of(answer) -> str:
     ("/v1/chat/completions", {"model": "default", "messages": CHAT, "max_tokens": 1}),
     ("/v1/messages", {"model": "default", "messages": CHAT, "max_tokens": 1}),
     ("/api/generate", {"model": "default", "prompt": "hi", "stream": False, "options": {"num_predict": 1}}),
+    ("/api/chat", {"model": "default", "messages": CHAT, "stream": False, "options": {"num_predict": 1}}),
+    ("/v1/responses", {"model": SERVED, "input": "hi", "max_output_tokens": 4}),
     ("/v1/embeddings", {"model": "default", "input": [[]]}),
     ("/encode", {"input_ids": [[1, 2], []]}),
     ("/encode", {"input_ids": [5 * 10**6]}),
@@ -51,6 +54,9 @@ def message_of(answer) -> str:
     ("/v1/embeddings", {"model": "default", "input": ["a", "b"], "rid": "r"}),
 ])
 def test_what_stopped_the_embedding_server_is_a_clear_400_that_changes_nothing(embedding_server, route, body):
+    """(/api/chat and /v1/responses served nothing before 2026-12-06; now they are generation routes like the rest.)"""
+    if body.get("model") == SERVED:
+        body = dict(body, model=served_model(embedding_server))
     before = settled_stats(embedding_server)
     status, answer = embedding_server.post_status(route, body, timeout=ANSWER_DEADLINE_S)
     assert status == 400 and message_of(answer), f"{status}: {answer}"

@@ -74,7 +74,7 @@ def test_prompt_evicted_from_device_comes_back_from_host(hicache_server, nocache
 
 
 def test_ollama_chat_answers_as_the_openai_chat_does(tiered_server):
-    """SGLang's Ollama `/api/chat` serves (sglang_ext/ollama_chat.py: under the transformers SGLang 0.5.20 pins, its
+    """SGLang's Ollama `/api/chat` serves (sglang_ext/chat_templates.py: under the transformers SGLang 0.5.20 pins, its
     chat template gave a BatchEncoding where ids belong, and every chat was a 500): the same messages give the same
     prompt tokens and, greedy, the same reply as /v1/chat/completions; streamed, the reply's text up to its last
     piece, which SGLang's Ollama stream leaves out of its final chunk (its `done` chunk carries no text)."""
@@ -94,3 +94,17 @@ def test_ollama_chat_answers_as_the_openai_chat_does(tiered_server):
     assert chunks[-1]["done"] and not any(c["done"] for c in chunks[:-1])
     streamed = "".join(c["message"]["content"] for c in chunks)
     assert streamed and whole["message"]["content"].startswith(streamed)
+
+
+def test_openai_responses_answer_as_the_openai_chat_does(tiered_server):
+    """SGLang's `/v1/responses` serves (setup installs openai-harmony, SGLang's own pin: without it the route was a
+    500 on every request): instructions and input give the chat's prompt tokens and, greedy, the start of its reply
+    (SGLang gives the Responses route two tokens fewer than `max_output_tokens`)."""
+    model = tiered_server.get("/v1/models")["data"][0]["id"]
+    system, user = words(6, 12), words(7, 10)
+    openai = chat(tiered_server, [{"role": "system", "content": system}, {"role": "user", "content": user}])
+    answer = tiered_server.post("/v1/responses", {"model": model, "instructions": system, "input": user,
+                                                  "max_output_tokens": 8, "temperature": 0})
+    assert answer["usage"]["input_tokens"] == openai["usage"]["prompt_tokens"]
+    text = "".join(part["text"] for item in answer["output"] if item["type"] == "message" for part in item["content"])
+    assert text and openai["choices"][0]["message"]["content"].startswith(text)
