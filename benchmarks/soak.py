@@ -67,6 +67,7 @@ OTHER_ROUTE_BAD_INPUTS = (
     ("/api/generate", {"model": "default", "prompt": "soak", "options": {"top_k": 0, "num_predict": 1}}),
     ("/v1/messages/count_tokens", {"model": "default", "messages": []}),
     ("/v1/embeddings", {"model": "default", "input": "soak", "rid": []}),
+    ("/api/chat", {"model": "default", "messages": [], "stream": False}),  # a 500 once the route served
 )
 LOCKS_DEADLINE_S = 60.0
 REQUEST_TIMEOUT_S = 120.0

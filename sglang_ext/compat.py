@@ -83,6 +83,8 @@ HTTP_HOOKS = (
     _hook("sglang.srt.entrypoints.http_server", "app", None, "extended: middleware and /tiers/stats"),
     _hook("sglang.srt.managers.scheduler", "Scheduler.get_internal_state", "self, recv_req",
           "hooked: tier counters"),
+    _hook("sglang.srt.entrypoints.anthropic.serving", "AnthropicServing._convert_to_chat_completion_request",
+          "self, anthropic_request", "hooked: a /v1/messages TTL reaches the chat request (request_api)"),
 )
 
 

@@ -10,7 +10,8 @@ server asked for it does not start. What it installs otherwise:
   rendered for no messages (chat_templates);
 - scheduler processes: a hook that adds the tree cache's tier counters to `get_internal_state`; where the
   `tiered` backend is built, a thread that returns freed heap memory to the system (heap_trim);
-- the HTTP (main) process: the `cache_control` middleware and `GET /tiers/stats` (request_api).
+- the HTTP (main) process: the `cache_control` middleware, its TTL carried through SGLang's Anthropic route, and
+  `GET /tiers/stats` (request_api).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def register() -> None:
         HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.open_session",
                               session_cap.refuse_over_cap(TierConfig.from_env().max_open_sessions), HookType.AROUND)
     if main_process:
+        HookRegistry.register(request_api.ANTHROPIC_CONVERSION, request_api.carry_ttl_to_chat, HookType.AFTER)
         request_api.install_http_routes()
 
 

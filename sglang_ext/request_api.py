@@ -3,8 +3,9 @@
 SGLang 0.5.20 has no `cache_control` field: unknown top-level keys are dropped silently. This ASGI middleware,
 installed on SGLang's FastAPI app by the plugin in the HTTP (main) process, reads the request body of
 `/generate` (POST or PUT), `/v1/chat/completions` (and SageMaker's `/invocations`, the same route under another
-name) and `/v1/completions` before SGLang does and
-- validates `cache_control` (top level, or on any chat message), and the fields request_checks bounds
+name), `/v1/completions` and Anthropic's `/v1/messages` before SGLang does and
+- validates `cache_control` (top level, or wherever Anthropic's API puts it: a chat message, a content block, a
+  `system` block, a tool), and the fields request_checks bounds
   (`cache_salt`, `session_params`, `sampling_params`, `n`, token ids, logprob fields, per-prompt lists, prompt
   length, ...; also the ids sent to /detokenize, the bodies of /open_session and /close_session, and the
   /generate request that Vertex AI's /vertex_generate builds); anything invalid is answered with HTTP 400 and a
@@ -12,7 +13,9 @@ name) and `/v1/completions` before SGLang does and
   routes are checked where they all meet, before the scheduler: scheduler_guard);
 - turns a valid one into a retention TTL in seconds carried to the tree cache through SGLang's own
   `custom_params` (`sampling_params.custom_params` for /generate, top-level for the OpenAI routes), a flat
-  float under TTL_PARAM: msgspec IPC carries one nesting level only;
+  float under TTL_PARAM: msgspec IPC carries one nesting level only. SGLang builds the chat request of
+  `/v1/messages` from a fixed list of its fields, so there the TTL travels in the request's `metadata` and an AFTER
+  hook on that conversion (`carry_ttl_to_chat`) puts it into the chat request's `custom_params`;
 - gives requests of an SGLang session (`session_params`) the server's `--tier-session-ttl` when they carry no
   `cache_control` of their own.
 The internal TTL key is ours alone: on every route, any copy of it a client put anywhere in its JSON body
@@ -34,7 +37,9 @@ from sglang_ext.other_route_checks import check_headers
 from sglang_ext.request_checks import CHECKED_ROUTES, BadRequest, ModelLimits, check_request
 
 TTL_PARAM = "sglang_ext_ttl_s"
-CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top"}
+CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top",
+                  "/v1/messages": "metadata"}
+ANTHROPIC_CONVERSION = "sglang.srt.entrypoints.anthropic.serving.AnthropicServing._convert_to_chat_completion_request"
 ROUTE_ALIASES = {"/invocations": "/v1/chat/completions"}  # SageMaker's: the chat route's body and handler
 MISSING = object()
 NOT_JSON = object()
@@ -44,18 +49,9 @@ def request_ttl(body: dict, session_ttl_s: Optional[float]) -> Optional[float]:
     """The retention TTL a request asks for (validated), or None. Raises BadRequest."""
     from tiers.retention import parse_cache_control
 
-    blocks = []
-    if "cache_control" in body:
-        blocks.append(body["cache_control"])
-    for message in messages_of(body):
-        if isinstance(message, dict) and "cache_control" in message:
-            blocks.append(message["cache_control"])
-        content = message.get("content") if isinstance(message, dict) else None
-        for part in content if isinstance(content, list) else []:
-            if isinstance(part, dict) and "cache_control" in part:
-                blocks.append(part["cache_control"])
     try:
-        ttls = [parse_cache_control(block) for block in blocks]
+        ttls = [parse_cache_control(holder["cache_control"]) for holder in cache_control_holders(body)
+                if "cache_control" in holder]
     except ValueError as e:
         raise BadRequest(str(e)) from None
     if ttls:
@@ -65,23 +61,28 @@ def request_ttl(body: dict, session_ttl_s: Optional[float]) -> Optional[float]:
     return None
 
 
-def messages_of(body: dict) -> list:
-    messages = body.get("messages")
-    return messages if isinstance(messages, list) else []  # anything else is SGLang's to refuse
+def cache_control_holders(body: dict) -> list:
+    """The objects that may carry a `cache_control`: the body, its messages and their content parts, and Anthropic's
+    `system` blocks and tools (anything of another shape is SGLang's to refuse)."""
+    def dicts(value) -> list:
+        return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+    messages = dicts(body.get("messages"))
+    parts = [part for message in messages for part in dicts(message.get("content"))]
+    return [body, *messages, *parts, *dicts(body.get("system")), *dicts(body.get("tools"))]
 
 
 def strip_cache_control(body: dict) -> None:
-    body.pop("cache_control", None)
-    for message in messages_of(body):
-        if isinstance(message, dict):
-            message.pop("cache_control", None)
-            if isinstance(message.get("content"), list):
-                for part in message["content"]:
-                    if isinstance(part, dict):
-                        part.pop("cache_control", None)
+    for holder in cache_control_holders(body):
+        holder.pop("cache_control", None)
 
 
 def carry_ttl(body: dict, route: str, ttl_s: float) -> None:
+    if CARRIED_ROUTES[route] == "metadata":
+        metadata = body.get("metadata")
+        if metadata is None or isinstance(metadata, dict):  # else SGLang's to refuse, as sent
+            body["metadata"] = {**(metadata or {}), TTL_PARAM: ttl_s}
+        return
     if CARRIED_ROUTES[route] == "sampling_params":
         sampling = body.get("sampling_params")
         if isinstance(sampling, list):
@@ -245,6 +246,15 @@ class CacheControlMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def carry_ttl_to_chat(chat_request: Any, serving: Any, anthropic_request: Any, *args: Any, **kwargs: Any) -> None:
+    """AFTER hook on SGLang's conversion of a `/v1/messages` request into a chat request: the TTL this middleware put
+    into its `metadata` (a client's own copy was removed before) goes to the chat request's `custom_params`."""
+    metadata = getattr(anthropic_request, "metadata", None)
+    ttl_s = metadata.get(TTL_PARAM) if isinstance(metadata, dict) else None
+    if ttl_s is not None:
+        chat_request.custom_params = {**(chat_request.custom_params or {}), TTL_PARAM: ttl_s}
 
 
 def install_http_routes() -> None:

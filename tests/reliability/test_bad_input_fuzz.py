@@ -46,7 +46,7 @@ MISSING = object()
 def body_for(route: str, prompt: str, fields: dict) -> dict:
     if route == "/generate":
         body = {"text": prompt, "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
-    elif route == "/v1/chat/completions":
+    elif route in ("/v1/chat/completions", "/v1/messages"):  # the OpenAI and the Anthropic chat
         body = {"model": "default", "messages": [{"role": "user", "content": prompt}], "max_tokens": 1}
     else:
         body = {"model": "default", "prompt": prompt, "max_tokens": 1}
@@ -64,7 +64,7 @@ def message_of(answer) -> str:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
-@given(route=st.sampled_from(["/generate", "/v1/chat/completions", "/v1/completions"]),
+@given(route=st.sampled_from(["/generate", "/v1/chat/completions", "/v1/completions", "/v1/messages"]),
        cache_control=st.one_of(st.just(MISSING), cache_controls),
        salt=st.one_of(st.just(MISSING), salts),
        session=st.one_of(st.just(MISSING), session_params),
@@ -74,7 +74,7 @@ def test_bad_inputs_are_a_200_or_a_clear_4xx_and_a_4xx_changes_nothing(fuzzed, r
     fields = {"cache_salt": salt, "session_params": session}
     body = body_for(route, "fuzz the request api", fields)
     if cache_control is not MISSING:
-        if where == "message" and route == "/v1/chat/completions":
+        if where == "message" and route in ("/v1/chat/completions", "/v1/messages"):
             body["messages"][0]["cache_control"] = cache_control
         else:
             body["cache_control"] = cache_control
@@ -120,7 +120,8 @@ def plant(body: dict, route: str, where: str, value) -> None:
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
-@given(route=st.sampled_from(["/generate", "PUT /generate", "/v1/chat/completions", "/v1/completions"]),
+@given(route=st.sampled_from(["/generate", "PUT /generate", "/v1/chat/completions", "/v1/completions",
+                              "/v1/messages"]),
        ttl=st.one_of(st.just(MISSING), hostile_ttls),
        where=st.sampled_from(["top", "extra_body", "sampling"]),
        junk=st.dictionaries(st.sampled_from(SAMPLING_NAMES + OPENAI_NAMES), json_values, max_size=3),

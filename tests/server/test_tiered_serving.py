@@ -74,12 +74,34 @@ def flood_scenario(server, seed: int):
         reply = chat(server, messages, TTL)
         messages.append({"role": "assistant", "content": reply["choices"][0]["message"]["content"]})
     warm_prompt = reply["usage"]["prompt_tokens"]
-    rng = random.Random(seed)
-    for _ in range(FLOOD_PROMPTS):  # distinct from their first token on: nothing in them is ever reused
-        server.generate(input_ids=[rng.randrange(100, VOCAB) for _ in range(280)], max_new_tokens=2)
+    flood(server, seed)
     messages.append({"role": "user", "content": words(seed + 99, 20)})
     details = chat(server, messages, TTL)["usage"]["prompt_tokens_details"] or {}  # None: nothing cached
     return warm_prompt, details.get("cached_tokens", 0)
+
+
+def flood(server, seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(FLOOD_PROMPTS):  # distinct from their first token on: nothing in them is ever reused
+        server.generate(input_ids=[rng.randrange(100, VOCAB) for _ in range(280)], max_new_tokens=2)
+
+
+def anthropic_flood_scenario(server, seed: int):
+    """The flood scenario from an Anthropic client: `cache_control` on its `system` block (Anthropic's own field),
+    three turns on /v1/messages, the flood, then the next turn's prompt asked as the same chat without
+    `cache_control` (/v1/messages reports no cached tokens); returns (warm prompt tokens, that request's hit)."""
+    system = words(seed, 250)
+    messages = []
+    for turn in range(3):
+        messages.append({"role": "user", "content": words(seed + 10 + turn, 20)})
+        body = {"model": "default", "max_tokens": 4, "temperature": 0, "messages": messages,
+                "system": [{"type": "text", "text": system, "cache_control": TTL}]}
+        reply = server.post("/v1/messages", body)
+        messages.append({"role": "assistant", "content": "".join(block["text"] for block in reply["content"])})
+    flood(server, seed)
+    messages.append({"role": "user", "content": words(seed + 99, 20)})
+    details = chat(server, [{"role": "system", "content": system}] + messages)["usage"]["prompt_tokens_details"] or {}
+    return reply["usage"]["input_tokens"], details.get("cached_tokens", 0)
 
 
 def test_flood_retained_session_hits_on_tiered_and_misses_on_stock(tiered_small, stock_small):
@@ -95,6 +117,19 @@ def test_flood_retained_session_hits_on_tiered_and_misses_on_stock(tiered_small,
     assert stock_hit < warm // 4
     # the device admission acts while serving: under pool pressure, one-shot suffixes are declined
     assert rejected() > rejected_before
+
+
+def test_an_anthropic_clients_cache_control_keeps_its_session_through_the_flood(tiered_small, stock_small):
+    """Anthropic's `cache_control` on /v1/messages, which SGLang ignores (it builds the chat request of a fixed list
+    of fields): ours retains the session as the chat route's does, and stock SGLang loses it to the flood."""
+    retains = lambda: tiered_small.get("/tiers/stats")["tiers"]["device"]["retains"]  # noqa: E731
+    retains_before = retains()
+    warm, tiered_hit = anthropic_flood_scenario(tiered_small, seed=3)
+    assert retains() > retains_before  # only the /v1/messages turns carry a cache_control
+    stock_warm, stock_hit = anthropic_flood_scenario(stock_small, seed=3)
+    assert warm == stock_warm
+    assert tiered_hit >= warm
+    assert stock_hit < warm // 4
 
 
 def scan_between_hot_prompts(server, n: int, seed: int) -> float:

@@ -46,8 +46,8 @@ def test_the_reported_crash_request_loses_its_internal_ttl():
     assert out["sampling_params"] == {"max_new_tokens": 2, "custom_params": {}}
 
 
-@pytest.mark.parametrize("route", ROUTES + ["/v1/responses", "/encode"])
-@pytest.mark.parametrize("where", ["top", "sampling", "extra_body", "deep", "escaped"])
+@pytest.mark.parametrize("route", ROUTES + ["/v1/messages", "/v1/responses", "/encode"])
+@pytest.mark.parametrize("where", ["top", "sampling", "extra_body", "deep", "metadata", "escaped"])
 def test_a_client_supplied_internal_ttl_is_removed_on_every_route(route, where):
     body = {"model": "default", "prompt": "x", "text": "x", "messages": [{"role": "user", "content": "x"}]}
     if where == "top":
@@ -58,6 +58,8 @@ def test_a_client_supplied_internal_ttl_is_removed_on_every_route(route, where):
         body["extra_body"] = {"custom_params": {TTL_PARAM: 50.0}}
     elif where == "deep":
         body["x"] = [{"y": [{TTL_PARAM: 50.0}]}]
+    elif where == "metadata":  # where the middleware carries a /v1/messages TTL
+        body["metadata"] = {TTL_PARAM: 50.0}
     raw = json.dumps(body).encode()
     if where == "escaped":  # the same key spelled with a JSON escape
         raw = raw[:-1] + b', "custom_params": {"sglang_ext_ttl\\u005fs": 1e999}}'
@@ -70,6 +72,48 @@ def test_sagemakers_chat_route_carries_cache_control_as_the_chat_route_does():
     body = {"model": "m", "messages": [{"role": "user", "content": "x", "cache_control": {"type": "ephemeral"}}]}
     assert forwarded("/invocations", body)[1] == forwarded("/v1/chat/completions", body)[1]
     assert ttls_in(forwarded("/invocations", body)[1]) == [300.0]
+
+
+@pytest.mark.parametrize("where", ["system", "message", "content", "tool", "top"])
+def test_anthropics_cache_control_is_carried_wherever_its_api_puts_it(where):
+    """Anthropic's Messages API, where `cache_control` is the client's own field (SGLang's /v1/messages ignored it):
+    the TTL travels in `metadata` (SGLang builds the chat request of a fixed list of fields), nothing else stays."""
+    ephemeral = {"type": "ephemeral", "ttl": "1h"}
+    body = {"model": "m", "max_tokens": 4, "system": [{"type": "text", "text": "s"}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+            "tools": [{"name": "f", "input_schema": {"type": "object"}}], "metadata": {"user_id": "u"}}
+    holder = {"system": body["system"][0], "message": body["messages"][0], "content": body["messages"][0]["content"][0],
+              "tool": body["tools"][0], "top": body}[where]
+    holder["cache_control"] = ephemeral
+    status, out = forwarded("/v1/messages", body)
+    assert status == 200 and out["metadata"] == {"user_id": "u", TTL_PARAM: 3600.0}
+    assert ttls_in(out) == [3600.0] and "cache_control" not in json.dumps(out)
+    holder["cache_control"] = {"type": "ephemeral", "ttl": "25h"}
+    assert forwarded("/v1/messages", body)[0] == 400
+
+
+def test_anthropics_request_without_cache_control_carries_no_ttl_and_odd_metadata_stays_sglangs():
+    body = {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+            "metadata": {"user_id": "u", TTL_PARAM: 99.0}}
+    status, out = forwarded("/v1/messages", body)
+    assert status == 200 and out["metadata"] == {"user_id": "u"}
+    system = [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}]
+    odd = dict(body, metadata="not an object", system=system)
+    status, out = forwarded("/v1/messages", odd)
+    assert status == 200 and out["metadata"] == "not an object" and ttls_in(out) == []  # SGLang's 400, as sent
+
+
+def test_the_anthropic_conversion_hands_the_ttl_to_the_chat_request():
+    """request_api.carry_ttl_to_chat, the AFTER hook on SGLang's /v1/messages -> chat conversion."""
+    from sglang_ext.request_api import carry_ttl_to_chat
+
+    chat = SimpleNamespace(custom_params=None)
+    carry_ttl_to_chat(chat, None, SimpleNamespace(metadata={"user_id": "u", TTL_PARAM: 300.0}))
+    assert chat.custom_params == {TTL_PARAM: 300.0}
+    for metadata in (None, {"user_id": "u"}, "x"):
+        chat = SimpleNamespace(custom_params={"a": 1})
+        carry_ttl_to_chat(chat, None, SimpleNamespace(metadata=metadata))
+        assert chat.custom_params == {"a": 1}
 
 
 def test_a_valid_cache_control_is_the_only_ttl_that_is_carried():
