@@ -73,10 +73,14 @@ CACHE_HOOKS = (
     _hook("sglang.srt.managers.tokenizer_manager", "TokenizerManager._validate_one_request", "self, obj, input_ids",
           "hooked: SGLang's own refusals are a 400 on every route (scheduler_guard)"),
     _hook("sglang.srt.managers.tokenizer_manager", "TokenizerManager.generate_request", "self, obj, request",
-          "hooked: Ollama's chat template ids as a list (chat_templates)"),
+          "hooked: Ollama's chat template ids as a list (route_fixes)"),
+    _hook("sglang.srt.entrypoints.ollama.serving", "OllamaServing._stream_chat_response",
+          "self, gen_request, raw_request, model_name", "hooked: the stream ends with its last text (route_fixes)"),
+    _hook("sglang.srt.entrypoints.ollama.serving", "OllamaServing._stream_generate_response",
+          "self, gen_request, raw_request, model_name", "hooked: the stream ends with its last text (route_fixes)"),
     _hook("sglang.srt.entrypoints.openai.serving_chat", "OpenAIServingChat._render_and_encode_chat_template",
           "self, messages, tools, template_kwargs, encode_kwargs, use_cache",
-          "hooked: no chat template rendered for no messages (chat_templates)"),
+          "hooked: no chat template rendered for no messages (route_fixes)"),
 )
 HTTP_HOOKS = (
     _hook("sglang.srt.entrypoints.http_server", "_global_state", None, "read: /tiers/stats"),

@@ -6,8 +6,8 @@ never raises on the serving path. It first compares the installed SGLang with th
 on any difference it logs what changed, installs no hook, and the `tiered` backend refuses to build, so a
 server asked for it does not start. What it installs otherwise:
 - every process: the `tiered` backend; on CPU, the HiCache seams (cpu_hicache); the last check of a tokenized
-  request before it goes to the scheduler (scheduler_guard); Ollama's chat ids as a list, and no chat template
-  rendered for no messages (chat_templates);
+  request before it goes to the scheduler (scheduler_guard); fixes of SGLang's Ollama and Responses routes
+  (route_fixes);
 - scheduler processes: a hook that adds the tree cache's tier counters to `get_internal_state`; where the
   `tiered` backend is built, a thread that returns freed heap memory to the system (heap_trim);
 - the HTTP (main) process: the `cache_control` middleware, its TTL carried through SGLang's Anthropic route, and
@@ -46,7 +46,7 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     from sglang.srt.utils import is_cpu
 
-    from sglang_ext import chat_templates, request_api, scheduler_guard, session_cap, tier_signals
+    from sglang_ext import request_api, route_fixes, scheduler_guard, session_cap, tier_signals
     from sglang_ext.tier_config import TierConfig
 
     if BACKEND_NAME not in registered_radix_cache_backends():
@@ -65,8 +65,10 @@ def register() -> None:
     # workers, which load no plugin (our launcher refuses --tokenizer-worker-num > 1 for that reason)
     HookRegistry.register(scheduler_guard.TARGET, scheduler_guard.guard, HookType.AROUND)
     HookRegistry.register(scheduler_guard.VALIDATE_TARGET, scheduler_guard.refuse_what_sglang_refuses, HookType.AROUND)
-    HookRegistry.register(chat_templates.OLLAMA_IDS_TARGET, chat_templates.ids_of_chat_template, HookType.BEFORE)
-    HookRegistry.register(chat_templates.RENDER_TARGET, chat_templates.refuse_an_empty_conversation, HookType.AROUND)
+    HookRegistry.register(route_fixes.OLLAMA_IDS_TARGET, route_fixes.ids_of_chat_template, HookType.BEFORE)
+    for target in route_fixes.OLLAMA_STREAM_TARGETS:
+        HookRegistry.register(target, route_fixes.ollama_stream_with_final_text, HookType.AROUND)
+    HookRegistry.register(route_fixes.RENDER_TARGET, route_fixes.refuse_an_empty_conversation, HookType.AROUND)
     if TierConfig.launched():  # a stock `sglang.launch_server` (the plugin is installed) keeps SGLang's behaviour
         HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.open_session",
                               session_cap.refuse_over_cap(TierConfig.from_env().max_open_sessions), HookType.AROUND)

@@ -233,7 +233,7 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     ("/api/generate", {"model": "default", "prompt": "hi", "stream": False, "options": {"seed": 7, "num_predict": 1}}),
     ("/api/generate", {"model": "default", "prompt": "hi", "stream": False, "options": {"num_predict": 10**5}}),
     ("/v1/messages/count_tokens", {"model": "default", "messages": []}),
-    ("/api/chat", {"model": "default", "messages": [], "stream": False}),  # once /api/chat served (chat_templates)
+    ("/api/chat", {"model": "default", "messages": [], "stream": False}),  # once /api/chat served (route_fixes)
     ("/v1/score", {"model": "default", "query": "hi", "items": ["a"], "label_token_ids": []}),
     ("/v1/embeddings", {"model": "default", "input": "hi", "rid": []}),
     ("/encode", {"text": "hi", "sampling_params": []}),
