@@ -72,6 +72,14 @@ CACHE_HOOKS = (
           "hooked: the last check before the scheduler (scheduler_guard)"),
     _hook("sglang.srt.managers.tokenizer_manager", "TokenizerManager._validate_one_request", "self, obj, input_ids",
           "hooked: SGLang's own refusals are a 400 on every route (scheduler_guard)"),
+)
+HTTP_HOOKS = (
+    _hook("sglang.srt.entrypoints.http_server", "_global_state", None, "read: /tiers/stats"),
+    _hook("sglang.srt.entrypoints.http_server", "app", None, "extended: middleware and /tiers/stats"),
+    _hook("sglang.srt.managers.scheduler", "Scheduler.get_internal_state", "self, recv_req",
+          "hooked: tier counters"),
+    _hook("sglang.srt.entrypoints.anthropic.serving", "AnthropicServing._convert_to_chat_completion_request",
+          "self, anthropic_request", "hooked: a /v1/messages TTL reaches the chat request (request_api)"),
     _hook("sglang.srt.managers.tokenizer_manager", "TokenizerManager.generate_request", "self, obj, request",
           "hooked: Ollama's chat template ids as a list (route_fixes)"),
     _hook("sglang.srt.entrypoints.ollama.serving", "OllamaServing._stream_chat_response",
@@ -81,14 +89,6 @@ CACHE_HOOKS = (
     _hook("sglang.srt.entrypoints.openai.serving_chat", "OpenAIServingChat._render_and_encode_chat_template",
           "self, messages, tools, template_kwargs, encode_kwargs, use_cache",
           "hooked: no chat template rendered for no messages (route_fixes)"),
-)
-HTTP_HOOKS = (
-    _hook("sglang.srt.entrypoints.http_server", "_global_state", None, "read: /tiers/stats"),
-    _hook("sglang.srt.entrypoints.http_server", "app", None, "extended: middleware and /tiers/stats"),
-    _hook("sglang.srt.managers.scheduler", "Scheduler.get_internal_state", "self, recv_req",
-          "hooked: tier counters"),
-    _hook("sglang.srt.entrypoints.anthropic.serving", "AnthropicServing._convert_to_chat_completion_request",
-          "self, anthropic_request", "hooked: a /v1/messages TTL reaches the chat request (request_api)"),
 )
 
 

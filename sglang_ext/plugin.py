@@ -6,12 +6,11 @@ never raises on the serving path. It first compares the installed SGLang with th
 on any difference it logs what changed, installs no hook, and the `tiered` backend refuses to build, so a
 server asked for it does not start. What it installs otherwise:
 - every process: the `tiered` backend; on CPU, the HiCache seams (cpu_hicache); the last check of a tokenized
-  request before it goes to the scheduler (scheduler_guard); fixes of SGLang's Ollama and Responses routes
-  (route_fixes);
+  request before it goes to the scheduler (scheduler_guard);
 - scheduler processes: a hook that adds the tree cache's tier counters to `get_internal_state`; where the
   `tiered` backend is built, a thread that returns freed heap memory to the system (heap_trim);
 - the HTTP (main) process: the `cache_control` middleware, its TTL carried through SGLang's Anthropic route, and
-  `GET /tiers/stats` (request_api).
+  `GET /tiers/stats` (request_api); fixes of SGLang's Ollama and Responses routes (route_fixes).
 """
 
 from __future__ import annotations
@@ -65,15 +64,15 @@ def register() -> None:
     # workers, which load no plugin (our launcher refuses --tokenizer-worker-num > 1 for that reason)
     HookRegistry.register(scheduler_guard.TARGET, scheduler_guard.guard, HookType.AROUND)
     HookRegistry.register(scheduler_guard.VALIDATE_TARGET, scheduler_guard.refuse_what_sglang_refuses, HookType.AROUND)
-    HookRegistry.register(route_fixes.OLLAMA_IDS_TARGET, route_fixes.ids_of_chat_template, HookType.BEFORE)
-    for target in route_fixes.OLLAMA_STREAM_TARGETS:
-        HookRegistry.register(target, route_fixes.ollama_stream_with_final_text, HookType.AROUND)
-    HookRegistry.register(route_fixes.RENDER_TARGET, route_fixes.refuse_an_empty_conversation, HookType.AROUND)
     if TierConfig.launched():  # a stock `sglang.launch_server` (the plugin is installed) keeps SGLang's behaviour
         HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.open_session",
                               session_cap.refuse_over_cap(TierConfig.from_env().max_open_sessions), HookType.AROUND)
     if main_process:
         HookRegistry.register(request_api.ANTHROPIC_CONVERSION, request_api.carry_ttl_to_chat, HookType.AFTER)
+        HookRegistry.register(route_fixes.OLLAMA_IDS_TARGET, route_fixes.ids_of_chat_template, HookType.BEFORE)
+        for target in route_fixes.OLLAMA_STREAM_TARGETS:
+            HookRegistry.register(target, route_fixes.ollama_stream_with_final_text, HookType.AROUND)
+        HookRegistry.register(route_fixes.RENDER_TARGET, route_fixes.refuse_an_empty_conversation, HookType.AROUND)
         request_api.install_http_routes()
 
 
