@@ -1,6 +1,10 @@
 """The foundation, end to end: the embedded default serves chat, the frontend, prefix hits, and the host tier."""
 
+import json
 import random
+import urllib.request
+
+from tests.support import served_model
 
 
 WORDS = "cache token prefix session tenant model server request reply host device peer memory block page tree".split()
@@ -78,9 +82,6 @@ def test_ollama_chat_answers_as_the_openai_chat_does(tiered_server):
     chat template gave a BatchEncoding where ids belong, and every chat was a 500): the same messages give the same
     prompt tokens and, greedy, the same reply as /v1/chat/completions, whole and streamed (SGLang's stream left the
     last piece out: route_fixes sends it before the empty `done` chunk, as Ollama does)."""
-    import json
-    import urllib.request
-
     messages = [{"role": "system", "content": words(4, 12)}, {"role": "user", "content": words(5, 10)}]
     openai = chat(tiered_server, messages, max_tokens=6)
     body = {"model": "default", "messages": messages, "options": {"num_predict": 6, "temperature": 0}}
@@ -99,7 +100,7 @@ def test_openai_responses_answer_as_the_openai_chat_does(tiered_server):
     """SGLang's `/v1/responses` serves (setup installs openai-harmony, SGLang's own pin: without it the route was a
     500 on every request): instructions and input give the chat's prompt tokens and, greedy, the start of its reply
     (SGLang gives the Responses route two tokens fewer than `max_output_tokens`)."""
-    model = tiered_server.get("/v1/models")["data"][0]["id"]
+    model = served_model(tiered_server)
     system, user = words(6, 12), words(7, 10)
     openai = chat(tiered_server, [{"role": "system", "content": system}, {"role": "user", "content": user}])
     answer = tiered_server.post("/v1/responses", {"model": model, "instructions": system, "input": user,
