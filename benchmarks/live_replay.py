@@ -21,6 +21,9 @@ Design note
 - Timing: rows go out in trace order, row i not before (t_i - t_0) / speedup after the start (speedup 0: no
   waiting), with at most `concurrency` in flight. Each request asks for one new token (temperature 0), so its
   latency is its time to first token. Every wait has a deadline; every server is stopped in a `finally`.
+  Servers run one after another, or with `--interleave` all at once, each row sent to each in turn: TTFTs
+  compared side by side, under the same load, for this VM's speed drifts by 20% between runs minutes apart.
+  With many tokens per block (`--tokens-per-block 128`), prefill decides a row's latency on this CPU too.
 - Servers: `stock` is `sglang.launch_server` with its own radix cache; `hicache` the same with SGLang's HiCache
   (on CPU our plugin is loaded for its host-pool seams only, see sglang_ext/cpu_hicache.py: the tree cache is
   SGLang's); `tiered` is ours, device only; `tiered-host` ours with the host tier.
@@ -29,6 +32,7 @@ Design note
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import random
@@ -42,7 +46,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from benchmarks.engines import live_hit_blocks
 from benchmarks.servers import REQUEST_DEADLINE_S, Server, start_server
@@ -192,6 +196,14 @@ def send_row(server: Server, ids: List[int], index: int, clock: Callable[[], flo
                 elapsed, output_ids=tuple(out) if isinstance(out, list) else (), sent_s=start)
 
 
+def _wait_for_row(start: float, t: float, t0: float, speedup: float, clock, sleep) -> None:
+    """Sleep until a row at trace time `t` is due: (t - t0) / speedup after `start` (speedup 0: it is due)."""
+    if speedup > 0:
+        delay = start + (t - t0) / speedup - clock()
+        if delay > 0:
+            sleep(delay)
+
+
 def send_rows(send: Callable[[int], Sent], times: Sequence[float], speedup: float, concurrency: int,
               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
               progress: Optional[Callable] = None) -> List[Sent]:
@@ -212,15 +224,33 @@ def send_rows(send: Callable[[int], Sent], times: Sequence[float], speedup: floa
     start = clock()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         for i, t in enumerate(times):
-            if speedup > 0:
-                delay = start + (t - times[0]) / speedup - clock()
-                if delay > 0:
-                    sleep(delay)
+            _wait_for_row(start, t, times[0], speedup, clock, sleep)
             if not slots.acquire(timeout=REQUEST_DEADLINE_S + 30):
                 results[i] = Sent(i, False, error="no free slot within the request deadline")
                 continue
             pool.submit(run, i)
     return [r if r is not None else Sent(i, False, error="not sent") for i, r in enumerate(results)]
+
+
+def send_interleaved(sends: Sequence[Callable[[int], Sent]], times: Sequence[float], speedup: float,
+                     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                     progress: Optional[Callable] = None) -> List[List[Sent]]:
+    """`--interleave`: row i goes to every server in turn (one request in flight in all), not before its time
+    as in send_rows; row i starts with server i mod n, so none is always the one that follows the others'
+    prefill. Each server's TTFTs are then taken under the same machine load as the others', row by row, instead
+    of minutes apart (this VM's speed drifts by 20% and more between sequential runs). Returns each server's
+    answers, in row order."""
+    n = len(sends)
+    out: List[List[Sent]] = [[] for _ in range(n)]
+    start = clock()
+    for i, t in enumerate(times):
+        _wait_for_row(start, t, times[0], speedup, clock, sleep)
+        for j in range(n):
+            server = (i + j) % n
+            out[server].append(sends[server](i))
+        if progress:
+            progress()
+    return out
 
 
 # ---- one server ----
@@ -256,30 +286,69 @@ def flush_when_idle(server: Server) -> None:
     server.get(f"/flush_cache?timeout={FLUSH_IDLE_DEADLINE_S}", timeout=FLUSH_IDLE_DEADLINE_S + 30)
 
 
-def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, log_dir: Path) -> ServerRun:
-    from benchmarks.progress import track
-
+@contextlib.contextmanager
+def started(name: str, cfg: "LiveConfig", log_dir: Path) -> Iterator[Tuple[Server, dict]]:
+    """A server of kind `name`, up and flushed, with what its start-up log says it built; stopped at exit."""
     spec = SERVER_KINDS[name]
     server = start_server(server_args(spec, cfg.device_pool_tokens, cfg.host_ratio), log_dir, name,
                           kind=spec.kind, stock_plugins=spec.stock_plugins)
     try:
-        pool, chunk = server_pool_tokens(server), server_chunk_tokens(server)
-        host_pool = server_host_pool_tokens(server)
+        built = dict(pool_tokens=server_pool_tokens(server), prefill_chunk=server_chunk_tokens(server),
+                     host_pool=server_host_pool_tokens(server))
         # start from empty pools and fresh policy state: whatever the server ran while starting (its health
         # probes) is not in the offline replay, and a learning policy's decisions can turn on one extra node
         flush_when_idle(server)
+        yield server, built
+    finally:
+        server.stop()
+
+
+def finished_run(name: str, server: Server, built: dict, sent: List[Sent], wall_s: float) -> ServerRun:
+    """The run of a server that is still up: its answers and the counters it reports at the end."""
+    stats = server.get("/tiers/stats") if SERVER_KINDS[name].kind == "tiered" else None
+    eviction_s = metric_sum(server.get("/metrics"), "sglang:eviction_duration_seconds_sum")
+    return ServerRun(name, sent, wall_s, stats, eviction_s=eviction_s, **built)
+
+
+def row_sender(server: Server, trace: Trace, blocks: BlockTokens) -> Callable[[int], Sent]:
+    reqs = trace.requests
+    return lambda i: send_row(server, blocks.prompt(reqs[i].blocks), i, fields=row_fields(reqs[i]))
+
+
+def run_server(name: str, trace: Trace, cfg: "LiveConfig", blocks: BlockTokens, log_dir: Path) -> ServerRun:
+    from benchmarks.progress import track
+
+    with started(name, cfg, log_dir) as (server, built):
         reqs = trace.requests
         bar = iter(track(range(len(reqs)), f"live {name}", unit="requests"))
         start = time.perf_counter()
-        sent = send_rows(lambda i: send_row(server, blocks.prompt(reqs[i].blocks), i, fields=row_fields(reqs[i])),
-                         [r.time_s for r in reqs], cfg.speedup, cfg.concurrency,
+        sent = send_rows(row_sender(server, trace, blocks), [r.time_s for r in reqs], cfg.speedup, cfg.concurrency,
                          progress=lambda: next(bar, None))
-        wall = time.perf_counter() - start
-        stats = server.get("/tiers/stats") if spec.kind == "tiered" else None
-        eviction_s = metric_sum(server.get("/metrics"), "sglang:eviction_duration_seconds_sum")
-    finally:
-        server.stop()
-    return ServerRun(name, sent, wall, stats, pool, eviction_s=eviction_s, prefill_chunk=chunk, host_pool=host_pool)
+        return finished_run(name, server, built, sent, time.perf_counter() - start)
+
+
+def run_interleaved(names: Sequence[str], trace: Trace, cfg: "LiveConfig", blocks: BlockTokens,
+                    log_dir: Path) -> Dict[str, Any]:
+    """Every server up at once, each row sent to each in turn (send_interleaved). Name -> ServerRun, or the
+    RuntimeError of a server that did not start (the others still run). A server's `wall_s` is its own busy time,
+    the sum of its requests' latencies, so its requests_per_s is what it served while it had the machine."""
+    from benchmarks.progress import track
+
+    runs: Dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        up = {}
+        for name in names:
+            try:
+                up[name] = stack.enter_context(started(name, cfg, log_dir))
+            except RuntimeError as e:
+                runs[name] = e
+        reqs = trace.requests
+        bar = iter(track(range(len(reqs)), f"live {'+'.join(up)}", unit="rows"))
+        sent = send_interleaved([row_sender(server, trace, blocks) for server, _ in up.values()],
+                                [r.time_s for r in reqs], cfg.speedup, progress=lambda: next(bar, None))
+        for (name, (server, built)), answers in zip(up.items(), sent):
+            runs[name] = finished_run(name, server, built, answers, sum(a.ttft_s for a in answers))
+    return {name: runs[name] for name in names}
 
 
 def metric_sum(text, name: str) -> Optional[float]:
@@ -425,6 +494,7 @@ class LiveConfig:
     block_tokens: int
     speedup: float
     concurrency: int
+    interleave: bool = False  # every server up at once, each row sent to each in turn (send_interleaved)
 
     # pools in whole blocks, as the offline replay counts them (capacity // block_tokens blocks of K tokens): a
     # pool a few tokens larger puts an entry near a size-class edge on the other side of it
@@ -448,22 +518,32 @@ def model_config() -> dict:
     return json.loads((ensure_embedded_model() / "config.json").read_text())
 
 
+def _run_or_error(name: str, trace: Trace, cfg: LiveConfig, blocks: BlockTokens, log_dir: Path):
+    try:
+        return run_server(name, trace, cfg, blocks, log_dir)
+    except RuntimeError as e:
+        return e
+
+
 def live_replay(trace: Trace, names: Sequence[str], cfg: LiveConfig, log_dir: Path,
                 vocab_size: Optional[int] = None) -> dict:
     blocks = BlockTokens(cfg.tokens_per_block, vocab_size or int(model_config()["vocab_size"]),
                          sibling_ranks(trace.requests))
+    if cfg.interleave:
+        runs = run_interleaved(names, trace, cfg, blocks, log_dir)
+    else:
+        runs = {name: _run_or_error(name, trace, cfg, blocks, log_dir) for name in names}
     out = {}
-    for name in names:
-        try:
-            run = run_server(name, trace, cfg, blocks, log_dir)
-        except RuntimeError as e:  # did not start: the other servers still run; reported, and the exit is 1
-            out[name] = {"error": str(e)[-2000:], "failures": len(trace.requests)}
+    for name, run in runs.items():
+        if isinstance(run, RuntimeError):  # did not start: the other servers still ran; reported, and the exit is 1
+            out[name] = {"error": str(run)[-2000:], "failures": len(trace.requests)}
             continue
         twin = at_send_times(trace, run.sent)  # the server's clock, for its TTLs
         run = replace(run, offline=offline_replay(name, twin, cfg, run.prefill_chunk, blocks.first_tokens(),
                                                   run.host_pool))
         out[name] = summarize(run, trace, cfg)
     config = {"trace": trace.path, "rows": len(trace.requests), "block_tokens": trace.block_tokens,
+              "interleave": cfg.interleave,
               "capacity_tokens": cfg.capacity_tokens, "host_tokens": cfg.host_tokens,
               "tokens_per_block": cfg.tokens_per_block, "device_pool_tokens": cfg.device_pool_tokens,
               "host_pool_tokens": cfg.host_pool_tokens, "speedup": cfg.speedup, "concurrency": cfg.concurrency,
@@ -525,6 +605,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speedup", type=non_negative_float, default=0.0,
                    help="divide the trace's inter-arrival times by this (0, the default: send without waiting)")
     p.add_argument("--concurrency", type=positive_int, default=1, help="requests in flight at most")
+    p.add_argument("--interleave", action="store_true",
+                   help="start every server at once and send each row to each in turn (one request in flight in "
+                        "all), so that their TTFTs are measured side by side under the same machine load")
     p.add_argument("--replicas", type=positive_int, default=1,
                    help="N > 1: each server kind as N replicas behind sglang-router, beside one with N x the pools "
                         "(benchmarks/fleet_replay.py)")
@@ -556,6 +639,9 @@ def check_args(args, parser) -> List[str]:
         parser.error(f"argument --capacity-tokens: {args.capacity_tokens} is less than one block")
     if args.host_tokens is not None and args.host_tokens < args.block_tokens:
         parser.error(f"argument --host-tokens: {args.host_tokens} is less than one block")
+    if args.interleave and (args.concurrency != 1 or args.replicas != 1):
+        parser.error("argument --interleave: one request in flight in all, one replica each (--concurrency 1, "
+                     "--replicas 1)")
     return names
 
 
@@ -569,7 +655,7 @@ def main(args) -> int:
     trace = load_trace(args.trace, args.block_tokens, limit=args.limit)
     host = args.host_tokens if args.host_tokens is not None else 2 * args.capacity_tokens
     cfg = LiveConfig(args.capacity_tokens, host, args.tokens_per_block, args.block_tokens, args.speedup,
-                     args.concurrency)
+                     args.concurrency, args.interleave)
     model = model_config()
     longest = max((len(r.blocks) for r in trace.requests), default=0) * cfg.tokens_per_block
     room = min(cfg.device_pool_tokens, int(model["max_position_embeddings"]) - 1)  # one position for the reply

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from benchmarks.live_replay import (BlockTokens, Sent, hit_tokens_by_tier, live_hit_blocks, percentile,
-                                    row_fields, send_rows)
+                                    row_fields, send_interleaved, send_rows)
 from benchmarks.trace import TRACES_DIR, parse_rows
 
 K = 16
@@ -306,6 +306,29 @@ def test_at_most_concurrency_requests_in_flight_and_all_of_them_used(concurrency
     assert [s.ok for s in sent] == [i != 4 for i in range(12)]
 
 
+def test_interleaved_rows_go_to_every_server_in_turn_each_row_starting_with_the_next_server():
+    """Guards the side-by-side TTFTs: each row reaches every server before the next row goes out (one request in
+    flight in all), the first of row i is server i mod n (a fixed order would always give one server the machine
+    right after the others' prefill), rows wait for their time as in send_rows, and a failed answer is kept as
+    that server's and does not stop the others."""
+    clock, calls = FakeClock(), []
+
+    def sender(server):
+        def send(i):
+            calls.append((i, server, clock.now()))
+            return Sent(i, not (server == 1 and i == 2), error="boom" if server == 1 and i == 2 else "")
+        return send
+
+    sent = send_interleaved([sender(0), sender(1), sender(2)], [5.0, 15.0, 15.0, 35.0], speedup=10,
+                            clock=clock.now, sleep=clock.sleep)
+    assert [(i, server) for i, server, _ in calls] == [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (1, 0),
+                                                       (2, 2), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2)]
+    assert clock.sleeps == [1.0, 2.0]
+    assert {t for i, _, t in calls if i == 3} == {103.0}  # the last row at +3 s on every server
+    assert [[s.index for s in answers] for answers in sent] == [[0, 1, 2, 3]] * 3
+    assert [s.ok for s in sent[1]] == [True, True, False, True] and all(s.ok for s in sent[0] + sent[2])
+
+
 @pytest.mark.parametrize("extra, named", [
     (["--servers", "stock,nope"], "--servers"),
     (["--servers", "stock,stock"], "--servers"),
@@ -313,6 +336,7 @@ def test_at_most_concurrency_requests_in_flight_and_all_of_them_used(concurrency
     (["--capacity-tokens", "100"], "--capacity-tokens"),
     (["--host-tokens", "10"], "--host-tokens"),
     (["--limit", "300", "--tokens-per-block", "64"], "does not fit"),  # a 236-block row: 15,104 ids > context
+    (["--interleave", "--concurrency", "2"], "--interleave"),
 ])
 def test_bad_command_lines_exit_2_naming_the_problem(extra, named, capsys):
     from benchmarks.__main__ import main
@@ -404,15 +428,17 @@ def slice_rows(trace_name: str) -> list:
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("stock, ours, trace_name, capacity", [("stock", "tiered", "conversation", CAPACITY),
-                                                               ("stock", "tiered", "tenant-chat", TTL_CAPACITY),
-                                                               ("hicache", "tiered-host", "synthetic", CAPACITY)])
-def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys, stock, ours, trace_name, capacity):
+@pytest.mark.parametrize("stock, ours, trace_name, capacity, mode", [
+    ("stock", "tiered", "conversation", CAPACITY, []),
+    ("stock", "tiered", "tenant-chat", TTL_CAPACITY, ["--interleave"]),
+    ("hicache", "tiered-host", "synthetic", CAPACITY, [])])
+def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys, stock, ours, trace_name, capacity, mode):
     """Device only on conversation rows, some longer than this CPU server's chunked prefill (a twin that did not
     chunk as the server does parts from it there), and on tenant-chat rows whose TTLs the server retains (a twin
-    that retained at the first insert of cache_finished_req only read 0.6268 against the server's 0.6493 here);
-    with the host tier on synthetic rows, where the host pool serves part of the slice (on these conversation rows
-    every reuse comes back before the device evicts it)."""
+    that retained at the first insert of cache_finished_req only read 0.6268 against the server's 0.6493 here),
+    both servers up at once and each row sent to each in turn (`--interleave`: each server's twin on its own
+    clock); with the host tier on synthetic rows, where the host pool serves part of the slice (on these
+    conversation rows every reuse comes back before the device evicts it)."""
     from benchmarks.__main__ import main
 
     rows = slice_rows(trace_name)
@@ -420,9 +446,10 @@ def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys, stock, our
     trace = tmp_path / "slice.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rc = main(["live-replay", "--trace", str(trace), "--capacity-tokens", str(capacity), "--servers",
-               f"{stock},{ours}", "--concurrency", "1", "--json", "--log-dir", str(tmp_path / "logs")])
+               f"{stock},{ours}", "--concurrency", "1", "--json", "--log-dir", str(tmp_path / "logs"), *mode])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0, report
+    assert report["config"]["interleave"] == bool(mode)
     assert report["config"]["device_pool_tokens"] == capacity // 512 * K
     for name in (stock, ours):
         s = report["servers"][name]
