@@ -13,7 +13,8 @@ import sys
 
 from benchmarks.fleet_replay import (ReplicaKill, after_kill, load_imbalance, outputs_differing, pooled_config,
                                      routing_key)
-from benchmarks.live_replay import LiveConfig, Sent
+from benchmarks.live_replay import LiveConfig
+from benchmarks.row_sending import Sent
 from benchmarks.trace import Request, Trace
 
 

@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.live_replay import (BlockTokens, Sent, hit_tokens_by_tier, live_hit_blocks, percentile,
-                                    row_fields, send_interleaved, send_rows)
+from benchmarks.live_replay import BlockTokens, hit_tokens_by_tier, live_hit_blocks, percentile
+from benchmarks.row_sending import Sent, row_fields, send_interleaved, send_rows
 from benchmarks.trace import TRACES_DIR, parse_rows
 
 K = 16
@@ -241,7 +241,7 @@ def test_the_twin_runs_on_the_clock_the_rows_were_sent_by():
     and the server's TTLs expire on that clock, so the twin's rows carry those times (from the trace's first);
     a row never sent keeps the time before it. A 300 s TTL on a 1,200 s slice sent in 20 s: the twin with the
     trace's own times let TTLs expire that never expired live (+0.0145 live - offline on 600 tenants-s1 rows)."""
-    from benchmarks.live_replay import Sent, at_send_times
+    from benchmarks.live_replay import at_send_times
     from benchmarks.trace import parse_rows
 
     trace = parse_rows([{"timestamp": 1000 * i, "input_length": 512, "output_length": 1, "hash_ids": [i]}
