@@ -105,12 +105,25 @@ def replay(trace: Trace, cfg: ReplayConfig) -> ReplayResult:
         if host_engine:
             engine, lower = host_tier_engine(cfg, bt, clock)
         else:
-            engine = make_engine(cfg.policy, cfg.capacity_tokens // bt, reqs, clock, cfg.policy_config,
-                                 cfg.radix_tokens_per_block, cfg.output_tokens, cfg.prefill_chunk_tokens,
-                                 tuning_at(cfg.shadow_rate, cfg.shadow_seed, settings=cfg.shadow_settings),
-                                 cfg.block_first_tokens)
+            engine = device_engine(trace, cfg, clock, tuning_at(cfg.shadow_rate, cfg.shadow_seed,
+                                                                settings=cfg.shadow_settings))
         served = _serve(engine, lower if specs else None, reqs, cfg, clock, bt)
     return _result(trace, cfg, engine, lower, served, host_engine)
+
+
+def device_engine(trace: Trace, cfg: ReplayConfig, clock, tuning: Optional[TuningConfig]):
+    """The device-only engine the replay serves `cfg.policy` with (`tuning`: the self-tuner, for ours)."""
+    return make_engine(cfg.policy, cfg.capacity_tokens // trace.block_tokens, trace.requests, clock,
+                       cfg.policy_config, cfg.radix_tokens_per_block, cfg.output_tokens, cfg.prefill_chunk_tokens,
+                       tuning, cfg.block_first_tokens)
+
+
+def arrive(req, cfg: ReplayConfig, clock):
+    """The row as the engine serves it: the clock moved to its time, the session TTL given where it has none."""
+    clock.set(max(clock.now(), req.time_s))
+    if req.ttl_s is None and req.session is not None and cfg.session_ttl_s is not None:
+        return _with_ttl(req, cfg.session_ttl_s)
+    return req
 
 
 def _check(cfg: ReplayConfig, block_tokens: int) -> None:
@@ -132,9 +145,7 @@ def _serve(engine, lower: Optional[LowerTiers], reqs, cfg: ReplayConfig, clock, 
     device_hit_tokens = block_hits = 0
     t_start = time.perf_counter()  # after the engine is built: SGLang's import is not replay time
     for req in _progress(reqs, cfg):
-        clock.set(max(clock.now(), req.time_s))
-        if req.ttl_s is None and req.session is not None and cfg.session_ttl_s is not None:
-            req = _with_ttl(req, cfg.session_ttl_s)
+        req = arrive(req, cfg, clock)
         access = engine.access(req)
         block_hits += access.hit_blocks
         device_hit_tokens += req.hit_tokens(access.hit_blocks, bt)
