@@ -36,6 +36,9 @@ def _add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-chunk-tokens", type=_non_negative_int, default=0,
                    help="a server's chunked_prefill_size in radix tokens: longer prompts enter the device tree "
                         "chunk by chunk, as they do while serving (default 0: whole)")
+    p.add_argument("--in-flight", type=_positive_int, default=1, metavar="N",
+                   help="rows the device runs at once, as a server's batch: all matched and given their KV before "
+                        "any is cached (device-only radix policies; default 1: one at a time)")
     p.add_argument("--shadow-rate", type=_share, default=None, metavar="FRACTION",
                    help="the project's policies: the server's --tier-shadow-rate (self-tuning from shadow caches; "
                         "default: the server's default; 0: off, the learned setting throughout)")
@@ -165,6 +168,7 @@ def replay_config_from_args(args, policy: str, capacity: int):
         **({"shadow_rate": args.shadow_rate} if getattr(args, "shadow_rate", None) is not None else {}),
         shadow_seed=getattr(args, "shadow_seed", 0),
         shadow_settings=getattr(args, "shadow_settings", ""),
+        in_flight=getattr(args, "in_flight", 1),
     )
 
 
@@ -192,6 +196,11 @@ def check_common_args(args, parser, policies: List[str], capacities: List[int]) 
         if p not in known:
             parser.error(f"argument {'--policy' if args.command == 'replay' else '--policies'}: "
                          f"unknown policy {p!r}; choose from {', '.join(known)}")
+    from benchmarks.engines import REFERENCE_ENGINES
+
+    if args.in_flight > 1 and (args.host_tokens or args.peer_tokens or set(policies) & set(REFERENCE_ENGINES)):
+        parser.error("argument --in-flight: more than one in flight is for radix policies on the device alone "
+                     "(no --host-tokens, --peer-tokens, or reference engines)")
     from benchmarks.lower_tiers import lower_policy_names
 
     if args.lower_policy not in lower_policy_names():

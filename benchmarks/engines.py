@@ -15,6 +15,10 @@ Design note
   freed token ids map back to block ids (deduplicated, in order), so the caller sees blocks whatever R is.
   The live replay's twin also gives each block the first token the server saw in it (`RadixUnits`'s
   `first_tokens`: a sibling rank), so that the tree keys the self-tuner samples by are the server's.
+- Many in flight (`start` / `finish`, the replay's `in_flight`): a started request is matched, its matched node
+  locked, and room for the KV it will compute evicted at once (in the policy's order of that moment) and held
+  outside the tree until it finishes; then it is cached as above. A request that starts while another computes
+  the same new prefix misses it, as in a server. `access` is `finish(start(req))` (the test checks it for ours).
 - RadixCache stamps nodes with `time.monotonic()`. Real time makes equal stamps (and so heap order, which then
   falls back to set iteration order, i.e. memory addresses) vary between runs; `logical_radix_time()` swaps the
   module's `time` for a counter while a replay runs, so every run of a trace gives identical numbers. Order is
@@ -59,6 +63,18 @@ class Access:
     # blocks computed for this request that an admission policy declined to keep on the device: with lower
     # tiers they go down as an eviction would (device bypass), not lost
     declined: Sequence[int] = ()
+
+
+@dataclass(frozen=True)
+class Started:
+    """A request a radix engine has started and not yet finished (`start` / `finish`: many at once)."""
+
+    req: Request
+    ids: array  # its prompt's radix tokens (kept: a prompt longer than the cache keeps its head)
+    matched: int  # radix tokens found cached when it started
+    hit_blocks: int
+    node: object  # the matched node it locks until it finishes
+    held: int  # pool tokens it holds outside the tree while it runs
 
 
 @dataclass(frozen=True)
@@ -280,11 +296,18 @@ class StockRadixEngine:
         self._evicted_blocks = 0
         self._policy_ns = 0
         self._rejected = 0
+        self._held = 0  # KV of started requests, outside the tree until they finish
 
     def size(self) -> int:
         return self.cache.evictable_size() + self.cache.protected_size()
 
     def access(self, req: Request) -> Access:
+        return self.finish(self.start(req))
+
+    def start(self, req: Request) -> Optional[Started]:
+        """What the scheduler does when the request starts: match, lock the matched node, and have the allocator
+        evict room for the KV it will compute, which it holds outside the tree until `finish`. None (nothing
+        changed) if the pool cannot hold that beside the locked prefixes and what started requests hold."""
         EvictParams, _, MatchPrefixParams, RadixKey = self._api
         units = self.units
         kept = req.blocks[: self.capacity_blocks]  # a prompt longer than the cache keeps its head
@@ -294,24 +317,35 @@ class StockRadixEngine:
         key = RadixKey(outputs.match_key(whole), cache_salt=req.tenant)  # tenants are namespaces, as in a server
         match = self.cache.match_prefix(MatchPrefixParams(key=key))
         hit_tokens = len(match.device_indices)
-        hit = outputs.hit_blocks(hit_tokens, whole, units.per_block)
         node = match.last_device_node
         self.cache.inc_lock_ref(node)
-        try:
-            output = outputs.of(ids)
-            overflow = self.size() + max(0, len(ids) - hit_tokens) + len(output) - self.capacity
-            if overflow > 0:
-                t0 = time.perf_counter_ns()
-                self.cache.evict(EvictParams(num_tokens=overflow))
-                self._policy_ns += time.perf_counter_ns() - t0
-            insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), hit_tokens), req.priority, req.tenant)
-            insert_finished(self.cache, ids, output, req.priority, req.tenant)
-        finally:
+        held = max(0, len(ids) - hit_tokens) + self.outputs.per_request
+        # beside others it waits if it does not fit; alone it runs, evicting what it can, as one at a time
+        if self._held and held > self.capacity - self.cache.protected_size() - self._held:
             self.cache.dec_lock_ref(node)
-        evicted = units.blocks(self.allocator.take())
+            return None
+        overflow = self.size() + self._held + held - self.capacity
+        if overflow > 0:
+            t0 = time.perf_counter_ns()
+            self.cache.evict(EvictParams(num_tokens=overflow))
+            self._policy_ns += time.perf_counter_ns() - t0
+        self._held += held
+        return Started(req, ids, hit_tokens, outputs.hit_blocks(hit_tokens, whole, units.per_block), node, held)
+
+    def finish(self, started: Started) -> Access:
+        """The request finishes: cached as cache_finished_req does (its chunks first), its lock released."""
+        req, ids, outputs = started.req, started.ids, self.outputs
+        self._held -= started.held
+        try:
+            insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), started.matched), req.priority, req.tenant)
+            insert_finished(self.cache, ids, outputs.of(ids), req.priority, req.tenant)
+        finally:
+            self.cache.dec_lock_ref(started.node)
+        evicted = self.units.blocks(self.allocator.take())
         self._evicted_blocks += len(evicted)
-        self._rejected += len(req.blocks) - len(kept)
-        return Access(hit_blocks=hit, evicted=evicted, rejected_blocks=len(req.blocks) - len(kept))
+        rejected = len(req.blocks) - len(ids) // self.units.per_block
+        self._rejected += rejected
+        return Access(hit_blocks=started.hit_blocks, evicted=evicted, rejected_blocks=rejected)
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -368,6 +402,38 @@ class TieredEngine:
         insert_finished(self.cache, ids, outputs.of(ids), req.priority, req.tenant, ttl_s=req.ttl_s)
         declined = req.blocks[hit:] if self.cache.tier_stats().admissions_rejected > rejected else ()
         return Access(hit_blocks=hit, evicted=units.blocks(self.allocator.take()), declined=declined)
+
+    def start(self, req: Request) -> Optional[Started]:
+        """As the scheduler starts a request while others run: match, lock the matched node, and reserve room
+        for the KV it will compute (`TieredRadixCache.reserve`: evicted now, held until `finish`). None (nothing
+        changed) if it does not fit beside the others."""
+        _, _, MatchPrefixParams, RadixKey = self._api
+        ids = self.units.tokens(req.blocks)
+        key = RadixKey(self.outputs.match_key(ids), cache_salt=req.tenant)
+        match = self.cache.match_prefix(MatchPrefixParams(key=key))
+        matched = len(match.device_indices)
+        node = match.last_device_node
+        self.cache.inc_lock_ref(node)
+        held = self.cache.reserve(RadixKey(ids + self.outputs.of(ids), cache_salt=req.tenant))
+        if held is None:
+            self.cache.dec_lock_ref(node)
+            return None
+        return Started(req, ids, matched, self.outputs.hit_blocks(matched, ids, self.units.per_block), node, held)
+
+    def finish(self, started: Started) -> Access:
+        """The request finishes: its reserved KV goes into the tree as `access` inserts it, its lock released."""
+        req, ids, outputs = started.req, started.ids, self.outputs
+        self.cache.release(started.held)
+        rejected = self.cache.tier_stats().admissions_rejected
+        try:
+            insert_chunks(self.cache, ids, outputs.chunk_ends(len(ids), started.matched), req.priority,
+                          req.tenant, ttl_s=req.ttl_s)
+            insert_finished(self.cache, ids, outputs.of(ids), req.priority, req.tenant, ttl_s=req.ttl_s)
+        finally:
+            self.cache.dec_lock_ref(started.node)
+        declined = req.blocks[started.hit_blocks:] if self.cache.tier_stats().admissions_rejected > rejected else ()
+        return Access(hit_blocks=started.hit_blocks, evicted=self.units.blocks(self.allocator.take()),
+                      declined=declined)
 
     def stats(self) -> EngineStats:
         s = self.cache.tier_stats()

@@ -57,6 +57,9 @@ class ReplayConfig:
     shadow_seed: int = 0
     # its candidates, the server's --tier-shadow-settings (tiers.shadow.parse_settings; empty: the defaults)
     shadow_settings: str = ""
+    # rows the device runs at once, as a server's batch (device only, radix engines): all are matched and given
+    # their KV (evicting room for it) before any is cached; then each is cached in trace order. 1: one at a time
+    in_flight: int = 1
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,10 @@ def _check(cfg: ReplayConfig, block_tokens: int) -> None:
         raise ValueError(f"capacity_tokens {cfg.capacity_tokens} is below one block ({block_tokens} tokens)")
     if cfg.radix_tokens_per_block < 1:
         raise ValueError(f"radix_tokens_per_block must be >= 1, got {cfg.radix_tokens_per_block}")
+    if cfg.in_flight < 1:
+        raise ValueError(f"in_flight must be >= 1, got {cfg.in_flight}")
+    if cfg.in_flight > 1 and (cfg.host_tokens or cfg.peer_tokens or cfg.policy in REFERENCE_ENGINES):
+        raise ValueError("in_flight > 1 is for a radix policy on the device alone (no host or peer tier)")
 
 
 @dataclass(frozen=True)
@@ -144,9 +151,7 @@ def _serve(engine, lower: Optional[LowerTiers], reqs, cfg: ReplayConfig, clock, 
     """Every request in trace order: the device engine, then the lower tiers (if any) for what it missed."""
     device_hit_tokens = block_hits = 0
     t_start = time.perf_counter()  # after the engine is built: SGLang's import is not replay time
-    for req in _progress(reqs, cfg):
-        req = arrive(req, cfg, clock)
-        access = engine.access(req)
+    for req, access in _accesses(engine, _progress(reqs, cfg), cfg, clock):
         block_hits += access.hit_blocks
         device_hit_tokens += req.hit_tokens(access.hit_blocks, bt)
         if lower is not None:
@@ -156,6 +161,41 @@ def _serve(engine, lower: Optional[LowerTiers], reqs, cfg: ReplayConfig, clock, 
             lower.demote(access.evicted)
             lower.demote(access.declined)
     return _Served(device_hit_tokens, block_hits, time.perf_counter() - t_start)
+
+
+def _accesses(engine, reqs, cfg: ReplayConfig, clock):
+    """(row, what the device did for it), in trace order: one row at a time, or `cfg.in_flight` rows started
+    together (each matched, locked and given its KV) before the first of them is cached."""
+    if cfg.in_flight == 1:
+        for req in reqs:
+            req = arrive(req, cfg, clock)
+            yield req, engine.access(req)
+        return
+    batch = []
+    for req in reqs:
+        batch.append(arrive(req, cfg, clock))
+        if len(batch) == cfg.in_flight:
+            batch = yield from _run_batch(engine, batch)
+    while batch:
+        batch = yield from _run_batch(engine, batch)
+
+
+def _run_batch(engine, batch):
+    """Start the rows in order while the pool has room for them, as SGLang's scheduler fills a batch, then
+    finish them. Returns the rows left waiting, to start first in the next batch. A row that does not fit with
+    nothing else running is served alone (a prompt longer than the cache is cut as one at a time)."""
+    started = []
+    for i, req in enumerate(batch):
+        s = engine.start(req)
+        if s is None:
+            if started:
+                yield from ((s.req, engine.finish(s)) for s in started)
+                return batch[i:]
+            yield req, engine.access(req)
+            continue
+        started.append(s)
+    yield from ((s.req, engine.finish(s)) for s in started)
+    return []
 
 
 def _result(trace: Trace, cfg: ReplayConfig, engine, lower: LowerTiers, served: _Served,
@@ -212,6 +252,7 @@ def _config(cfg: ReplayConfig, host_tier: Optional[str]) -> Dict[str, object]:
         "shadow_rate": cfg.shadow_rate,
         "shadow_seed": cfg.shadow_seed,
         "shadow_settings": cfg.shadow_settings,
+        "in_flight": cfg.in_flight,
         "host_tier": host_tier,
     }
 

@@ -8,7 +8,9 @@ The subclass keeps RadixCache's tree, matching and lock accounting untouched and
   accesses, hit/total). Then admission, the same code in the server and in the replay: the request's new
   remainder already holds KV (the allocator gave it room, evicting in the policy's order if it had to). Under
   *pressure*, when the pool's free tokens are fewer than the remainder (the next request like this one would
-  have to evict), the policy decides whether the remainder is worth the victims that would go next. A
+  have to evict), the policy decides whether the remainder is worth the victims that would go next. KV that
+  declines gave back since a request was last matched does not count as free: with many requests finishing
+  together it made every later one look uncontended, though the requests starting next take it. A
   declined remainder adds nothing to the tree and returns `prefix_len=len(key)`, so SGLang's callers free its
   KV at once, like duplicates. Without pressure every remainder comes in, as in stock SGLang. A remainder
   with a TTL comes in if it fits the retention budget.
@@ -29,6 +31,8 @@ server's allocator does for a request (evicts `tree + remainder - capacity` in t
 protected, as a running request's locked prefix is; before the request is recorded, since in the server the
 allocator evicts before the request runs), then the same admission, with free tokens counted as
 capacity - tree - remainder. So a replay of one request at a time is what a server does at concurrency 1.
+A replay of many at once (`reserve` when a request starts, `release` before its insert) evicts room for each
+request's KV when it starts and counts the KV of started requests as used, as a server's allocator does.
 
 In the server a request is recorded and decided once, at its first insert: `cache_unfinished_req` after its
 prefill (if it goes on decoding), else `cache_finished_req`; the decision is kept on the request. A request
@@ -36,10 +40,10 @@ declined while running keeps its KV to itself (the tree is not touched; `insert`
 `cache_unfinished_req` returns, as for SGLang's own `skip_radix_cache_insert`) and frees it when it finishes. A
 chunk of a chunked prefill is inserted without a decision (`cache_unfinished_req` re-matches it), in the
 server and in the simulated tree alike (a `chunked` insert), so a long prompt's chunks enter the tree and
-only what its last chunk adds is decided. A node a chunk inserts is the request's own (`OWN_CHUNK`): when the
-request is recorded, it is neither a use nor part of the hit (the request computed it), as if the prompt had come
-in one piece; without that, every long prompt's chunks looked reused at once. After a
-decline inside `cache_finished_req`, the topology-only prompt re-insert is skipped, since its KV is being freed.
+only what its last chunk adds is decided. A node a chunk inserts is the request's own (`tree_walk.OWN_CHUNK`):
+when the request is recorded, it is neither a use nor part of the hit (the request computed it), as if the prompt
+had come in one piece; without that, every long prompt's chunks looked reused at once. After a decline inside
+`cache_finished_req`, the topology-only prompt re-insert is skipped, since its KV is being freed.
 
 Threading: like RadixCache, used only from the scheduler thread that owns it.
 """
@@ -56,6 +60,7 @@ from sglang.srt.mem_cache.base_prefix_cache import EvictParams, EvictResult, Ins
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, TreeNode
 
+from sglang_ext.tree_walk import is_own_chunk, mark_own_chunk, own_chunk_tokens, peek_path, used_before
 from tiers.clock import Clock, MonotonicClock
 from tiers.keys import path_key
 from tiers.policy import Candidate, create_policy
@@ -66,49 +71,6 @@ logger = logging.getLogger(__name__)
 
 _ROOT_KEY = 0
 _DECISION = "_tier_admission"  # set on SGLang's Req once its remainder is decided: "admitted" or "declined"
-# set on a TreeNode a chunk of a chunked prefill inserted, until its request is recorded (the request's own KV)
-OWN_CHUNK = "tier_own_chunk"
-
-
-def is_own_chunk(node) -> bool:
-    return getattr(node, OWN_CHUNK, False)
-
-
-def mark_own_chunk(node, own: bool = True) -> None:
-    """Mark `node` as a chunk's, or (own False) as not; a split's front part takes its node's mark."""
-    setattr(node, OWN_CHUNK, own)
-
-
-def own_chunk_tokens(path) -> int:
-    """Tokens of `path` that the recording request's own chunks inserted."""
-    return sum(len(n.key) for n in path if is_own_chunk(n))
-
-
-def used_before(node) -> bool:
-    """Whether a node on a recorded request's path was there before the request; clears the request's own mark."""
-    if is_own_chunk(node):
-        mark_own_chunk(node, False)
-        return False
-    return True
-
-
-def peek_path(root, key, page_size: int):
-    """(nodes `key` passes through, matched length, node the remainder would hang from), changing nothing: the one
-    read-only walk of a radix tree, shared by the device-only and the host-tier cache."""
-    node, matched, path = root, 0, []
-    while matched < len(key):
-        child = node.children.get(key.child_key_at(matched, page_size))
-        if child is None:
-            break
-        m = child.key.match_at(key, matched, page_size=page_size)
-        path.append(child)
-        matched += m
-        node = child
-        if m < len(child.key):
-            break
-    return path, matched, node
-
-
 class _TreeShadow:
     """A simulated tree as a shadow cache (tiers.shadow.Shadow): serves a request's insert, reports its hit (what
     the insert's own walk matched: one walk per request, as on the live tree)."""
@@ -119,6 +81,7 @@ class _TreeShadow:
     def request(self, request) -> tuple:
         key, priority, ttl_s = request
         cache = self.cache
+        cache._freed_by_declines = 0  # a shadow serves one request at a time, unmatched: each starts afresh
         cache.insert(InsertParams(key=key, value=_Span(len(key)), priority=priority), ttl_s=ttl_s)
         return cache.last_matched, len(key)
 
@@ -197,6 +160,8 @@ class TieredRadixCache(RadixCache):
         self._strict = strict  # raise on a policy that returns a non-evictable victim (tests); else fall back
         self._simulated = False  # create_simulated: no allocator; insert evicts for the request itself
         self._simulated_output = 0  # create_simulated: generated tokens at the end of a finished request's key
+        self._held_tokens = 0  # create_simulated: KV that started requests hold outside the tree (`reserve`)
+        self._freed_by_declines = 0  # KV declined remainders gave back since a request was last matched
         self._deciding: Optional[str] = None  # "unfinished" / "finished": inside that cache_*_req, deciding
         self._decided_req = False  # inside a cache_*_req whose request was recorded and decided before
         self._declined_in_finished = False
@@ -307,15 +272,9 @@ class TieredRadixCache(RadixCache):
         cand_key = self._child_tier_key(anchor, key.child_key_at(matched, self.page_size)) if remainder else None
         if remainder and self._simulated:
             # the allocator's evictions for this request, before it runs (so before it is recorded, as in the
-            # server, where the policy's order at that moment decides the victims): its matched prefix is locked.
-            # The server allocates the prompt's KV, then its output's, each evicting its own shortfall: victims
-            # taken in two rounds are not always those one round takes for the sum (the learned order's horizon
-            # is the number of entries the policy tracks, which the first round lowers)
-            on_path = set(path)
-            output = 0 if params.chunked else min(self._simulated_output, remainder)
-            for allocated in (remainder - output, remainder) if output else (remainder,):
-                self._evict_tokens(self.evictable_size_ + self.protected_size_ + allocated - self.capacity_tokens,
-                                   lambda n: n.lock_ref > 0 or n in on_path)
+            # server, where the policy's order at that moment decides the victims); none left to do if the
+            # request `reserve`d its KV when it started
+            self._allocate(path, remainder, 0 if params.chunked else min(self._simulated_output, remainder))
         if counted:
             hit = matched - own_chunk_tokens(path)  # the request's own hit: not its own chunks
             self._record_request(path, cand_key, hit, len(key))
@@ -332,16 +291,57 @@ class TieredRadixCache(RadixCache):
 
         result = super().insert(params)
         chain = self._note_inserted(result.last_device_node, counted, ttl_s, own=params.chunked and not counted)
-        over = self.evictable_size_ + self.protected_size_ - self.capacity_tokens
+        over = self._used_tokens() - self.capacity_tokens
         if over > 0:
             on_chain = set(chain)
             self._evict_tokens(over, lambda n: n.lock_ref > 0 or n in on_chain)
         return result
 
+    def reserve(self, key) -> Optional[int]:
+        """Simulated only, for a replay of many requests at once: what the server's allocator does when a request
+        starts, long before its insert: room for the KV it will compute (the tokens of `key`, a RadixKey, past
+        the cached prefix), evicted in the policy's order of that moment, held outside the tree until
+        `release`. The caller locks the matched prefix, as the scheduler does. Returns the tokens held, or None
+        (nothing changed) if the pool cannot hold them beside the locked prefixes and the KV others hold: the
+        scheduler leaves such a request waiting until others finish."""
+        if not self._simulated:
+            raise RuntimeError("reserve is for a simulated tree; a server's allocator holds a running request's KV")
+        key = key.page_aligned(self.page_size)
+        path, matched, _ = self._peek(key)
+        remainder = len(key) - matched
+        if remainder > self.capacity_tokens - self.protected_size_ - self._held_tokens:
+            return None
+        self._allocate(path, remainder, min(self._simulated_output, remainder))
+        self._held_tokens += remainder
+        return remainder
+
+    def release(self, tokens: int) -> None:
+        """A reserved request finishes: its KV goes into the tree at its insert (or is freed), not held aside."""
+        self._held_tokens -= tokens
+
+    def _allocate(self, path, remainder: int, output: int) -> None:
+        """The simulated allocator's evictions for a request's new KV, its matched path protected as a running
+        request's locked prefix is. The server allocates the prompt's KV, then its output's, each evicting its
+        own shortfall: victims taken in two rounds are not always those one round takes for the sum (the learned
+        order's horizon is the number of entries the policy tracks, which the first round lowers)."""
+        on_path = set(path)
+        for allocated in (remainder - output, remainder) if output else (remainder,):
+            self._evict_tokens(self._used_tokens() + allocated - self.capacity_tokens,
+                               lambda n: n.lock_ref > 0 or n in on_path)
+
+    def _used_tokens(self) -> int:
+        """Pool tokens in use: the tree's, and (simulated) what started requests hold outside it."""
+        return self.evictable_size_ + self.protected_size_ + self._held_tokens
+
+    def match_prefix(self, params):
+        """A request is matched before the scheduler gives it KV: from here, what declines freed is taken."""
+        self._freed_by_declines = 0
+        return super().match_prefix(params)
+
     def _free_tokens(self, remainder: int) -> int:
         """Free pool tokens while the request still holds its remainder's KV."""
         if self._simulated:
-            return self.capacity_tokens - self.evictable_size_ - self.protected_size_ - remainder
+            return self.capacity_tokens - self._used_tokens() - remainder
         return int(self.token_to_kv_pool_allocator.available_size())
 
     def _charge(self, t0: int, calls: int) -> None:
@@ -380,7 +380,9 @@ class TieredRadixCache(RadixCache):
         free = self._free_tokens(remainder)
         if free < 0:  # simulated only: more than the pool can hold even after evicting all it could
             return self._declined(path, remainder, counted)
-        need = remainder - free
+        # what declines just freed is no slack: the requests that start next take it first (requests that
+        # finish together, with others running, would otherwise see it and come in unweighed)
+        need = remainder - max(0, free - self._freed_by_declines)
         if need <= 0 or (ttl_s is not None and remainder <= self.retention.budget):
             return True
         t0 = time.perf_counter_ns()
@@ -406,6 +408,8 @@ class TieredRadixCache(RadixCache):
             self._charge(t1, len(path))
         self._n.admissions_rejected += 1
         self._n.rejected_tokens += remainder
+        if self._deciding != "unfinished":  # freed now (a request declined while running keeps its KV)
+            self._freed_by_declines += remainder
         if self._deciding == "finished":
             self._declined_in_finished = True
         return False

@@ -21,7 +21,7 @@ seeing only the nodes resident on its tier through a TierView (tier_views.py):
   and not pinned by a copy in flight), in its order.
 - Requests: each request is recorded once on both policies (its path's keys, its remainder's, its hit), at
   its first non-chunked insert; an insert's path nodes already on the device count as used, except those the
-  request's own chunks inserted (marked as on the device-only tree, `tiered_cache.OWN_CHUNK`).
+  request's own chunks inserted (marked as on the device-only tree, `tree_walk.OWN_CHUNK`).
 - Drift: if a policy's victims are not evictable leaves of its tier, or fall short while unprotected
   evictable leaves remain, its view has drifted from the tree; the rest of that round goes in SGLang's own
   order (least recently used, retained last) and is logged; strict mode (tests) raises instead.
@@ -65,7 +65,7 @@ from sglang.srt.mem_cache.utils import get_eviction_strategy
 from sglang_ext.serving_cache import ServedRequests, tenant_label
 from sglang_ext.simulated_host import serve_request, simulated_hicache
 from sglang_ext.tier_views import TierView
-from sglang_ext.tiered_cache import is_own_chunk, mark_own_chunk, own_chunk_tokens, peek_path, used_before
+from sglang_ext.tree_walk import is_own_chunk, mark_own_chunk, own_chunk_tokens, peek_path, used_before
 from tiers.clock import MonotonicClock
 from tiers.keys import path_key
 from tiers.policy import Candidate, create_policy

@@ -167,7 +167,8 @@ def test_the_twin_evicts_for_the_prompt_then_for_the_output_as_the_server_alloca
 
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
-    from sglang_ext.tiered_cache import TieredRadixCache, peek_path
+    from sglang_ext.tiered_cache import TieredRadixCache
+    from sglang_ext.tree_walk import peek_path
     from tiers.clock import ManualClock
 
     rng = random.Random(seed)

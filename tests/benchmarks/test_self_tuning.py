@@ -17,7 +17,8 @@ from benchmarks.workloads import KIND_DEFAULTS, GenConfig, generate_rows
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang_ext.simulated_host import simulated_hicache
-from sglang_ext.tiered_cache import TieredRadixCache, _TreeShadow, peek_path
+from sglang_ext.tiered_cache import TieredRadixCache, _TreeShadow
+from sglang_ext.tree_walk import peek_path
 from sglang_ext.tiered_hicache import TieredHiRadixCache, _HostTierShadow
 from tiers.clock import ManualClock
 from tiers.shadow import DEFAULT_SETTINGS, GATED, GATED_NO_TTL, HOST_TIER_SETTINGS, LRU, RETAINING_LRU, TuningConfig
