@@ -18,7 +18,9 @@ Design note
 - Many in flight (`start` / `finish`, the replay's `in_flight`): a started request is matched, its matched node
   locked, and room for the KV it will compute evicted at once (in the policy's order of that moment) and held
   outside the tree until it finishes; then it is cached as above. A request that starts while another computes
-  the same new prefix misses it, as in a server. `access` is `finish(start(req))` (the test checks it for ours).
+  the same new prefix misses it, as in a server. Stock's `access` is `finish(start(req))`; ours keeps its own
+  one-at-a-time `access` (a chunked prompt's room is evicted chunk by chunk there, at its start here), which
+  start-then-finish equals for unchunked prompts (tests/benchmarks/test_in_flight.py).
 - RadixCache stamps nodes with `time.monotonic()`. Real time makes equal stamps (and so heap order, which then
   falls back to set iteration order, i.e. memory addresses) vary between runs; `logical_radix_time()` swaps the
   module's `time` for a counter while a replay runs, so every run of a trace gives identical numbers. Order is
