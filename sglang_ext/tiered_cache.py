@@ -9,8 +9,9 @@ The subclass keeps RadixCache's tree, matching and lock accounting untouched and
   remainder already holds KV (the allocator gave it room, evicting in the policy's order if it had to). Under
   *pressure*, when the pool's free tokens are fewer than the remainder (the next request like this one would
   have to evict), the policy decides whether the remainder is worth the victims that would go next. KV that
-  declines gave back since a request was last matched does not count as free: with many requests finishing
-  together it made every later one look uncontended, though the requests starting next take it. A
+  declines gave back since a request was last matched (simulated: since one last allocated) does not count as
+  free: with many requests finishing together it made every later one look uncontended, though the requests
+  starting next take it. A
   declined remainder adds nothing to the tree and returns `prefix_len=len(key)`, so SGLang's callers free its
   KV at once, like duplicates. Without pressure every remainder comes in, as in stock SGLang. A remainder
   with a TTL comes in if it fits the retention budget.
@@ -81,7 +82,6 @@ class _TreeShadow:
     def request(self, request) -> tuple:
         key, priority, ttl_s = request
         cache = self.cache
-        cache._freed_by_declines = 0  # a shadow serves one request at a time, unmatched: each starts afresh
         cache.insert(InsertParams(key=key, value=_Span(len(key)), priority=priority), ttl_s=ttl_s)
         return cache.last_matched, len(key)
 
@@ -161,7 +161,8 @@ class TieredRadixCache(RadixCache):
         self._simulated = False  # create_simulated: no allocator; insert evicts for the request itself
         self._simulated_output = 0  # create_simulated: generated tokens at the end of a finished request's key
         self._held_tokens = 0  # create_simulated: KV that started requests hold outside the tree (`reserve`)
-        self._freed_by_declines = 0  # KV declined remainders gave back since a request was last matched
+        self._freed_by_declines = 0  # KV declined remainders gave back since KV was last given to a request
+        self._finishing_reserved = False  # simulated: the inserts under way are of a request that `reserve`d
         self._deciding: Optional[str] = None  # "unfinished" / "finished": inside that cache_*_req, deciding
         self._decided_req = False  # inside a cache_*_req whose request was recorded and decided before
         self._declined_in_finished = False
@@ -270,6 +271,8 @@ class TieredRadixCache(RadixCache):
         self.last_matched = matched
         remainder = len(key) - matched
         cand_key = self._child_tier_key(anchor, key.child_key_at(matched, self.page_size)) if remainder else None
+        if self._simulated and not self._finishing_reserved:
+            self._freed_by_declines = 0  # one at a time, a request's allocation (below) comes before its decision
         if remainder and self._simulated:
             # the allocator's evictions for this request, before it runs (so before it is recorded, as in the
             # server, where the policy's order at that moment decides the victims); none left to do if the
@@ -316,8 +319,9 @@ class TieredRadixCache(RadixCache):
         return remainder
 
     def release(self, tokens: int) -> None:
-        """A reserved request finishes: its KV goes into the tree at its insert (or is freed), not held aside."""
+        """A reserved request finishes: its KV goes into the tree at its inserts (or is freed), not held aside."""
         self._held_tokens -= tokens
+        self._finishing_reserved = True
 
     def _allocate(self, path, remainder: int, output: int) -> None:
         """The simulated allocator's evictions for a request's new KV, its matched path protected as a running
@@ -336,6 +340,7 @@ class TieredRadixCache(RadixCache):
     def match_prefix(self, params):
         """A request is matched before the scheduler gives it KV: from here, what declines freed is taken."""
         self._freed_by_declines = 0
+        self._finishing_reserved = False
         return super().match_prefix(params)
 
     def _free_tokens(self, remainder: int) -> int:
