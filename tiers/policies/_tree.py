@@ -129,29 +129,19 @@ def select_leaves(
             gone_children[p] = gone_children.get(p, 0) + 1
     gone = gone_children.get  # a node is a leaf here when all its tracked children are gone
     skipped_inner = set()
+    offered = _leaves_now(order, taken, protected, gone, skipped_inner)
     heap: List[tuple] = []
     seq = itertools.count()
     freed = 0
-    it: Iterator = iter(order)
-    pending = None  # node `order` offered next, with its rank in pending_rank
-    pending_rank = None
+    pending = None  # (rank, node) `order` offered next
 
     while freed < size:
         if pending is None:
-            for r, n in it:
-                e = n.entry
-                if e in taken or protected(e):
-                    continue
-                if n.children != gone(e, 0):
-                    skipped_inner.add(e)
-                    continue
-                pending, pending_rank = n, r
-                break
-        if heap and (pending is None or heap[0][0] < pending_rank):
+            pending = next(offered, None)
+        if heap and (pending is None or heap[0][0] < pending[0]):
             n = heapq.heappop(heap)[2]
         elif pending is not None:
-            n = pending
-            pending = None
+            n, pending = pending[1], None
         else:
             break
         e = n.entry
@@ -167,6 +157,20 @@ def select_leaves(
             if (not yields_inner or p in skipped_inner) and pn.children == g and not protected(p):
                 heapq.heappush(heap, (rank(pn), next(seq), pn))
     return out
+
+
+def _leaves_now(order: Iterable[Tuple[object, _Node]], taken: set, protected: Callable[[Hashable], bool],
+                gone: Callable, skipped_inner: set) -> Iterator[Tuple[object, _Node]]:
+    """What `order` offers that is a leaf when asked for (all its tracked children gone), not taken and not
+    protected; the inner nodes it passes over go into `skipped_inner`. Lazy: the state is read at each step."""
+    for r, n in order:
+        e = n.entry
+        if e in taken or protected(e):
+            continue
+        if n.children != gone(e, 0):
+            skipped_inner.add(e)
+            continue
+        yield r, n
 
 
 def heap_order(index: TreeIndex, rank: Callable[[_Node], object]) -> Iterator[Tuple[object, _Node]]:

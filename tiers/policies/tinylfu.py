@@ -84,6 +84,21 @@ _first, _second = itemgetter(0), itemgetter(1)
 _placed = attrgetter("placed")
 
 
+def _check_parameters(*, max_depth, ghost_factor, horizon, gap_buckets, prior_hits, prior_events, window_factor,
+                      decay_capacities, prior_weight) -> None:
+    """ValueError naming the first of TinyLFUPolicy's parameters that is out of range."""
+    for name, value, low in (("max_depth", max_depth, 1), ("ghost_factor", ghost_factor, 0),
+                             ("horizon", horizon, 0), ("gap_buckets", gap_buckets, 1)):
+        if value < low:
+            raise ValueError(f"{name} must be >= {low}, got {value}")
+    if not 0 <= prior_hits <= prior_events:
+        raise ValueError(f"priors need 0 <= prior_hits <= prior_events, got {prior_hits}, {prior_events}")
+    for name, value in (("window_factor", window_factor), ("decay_capacities", decay_capacities),
+                        ("prior_weight", prior_weight), ("prior_events", prior_events)):
+        if value <= 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+
+
 @register_policy("tinylfu")
 class TinyLFUPolicy(Policy):
     def __init__(
@@ -108,29 +123,14 @@ class TinyLFUPolicy(Policy):
         frequency_period: float = 10.0,
     ):
         super().__init__(capacity, clock)
-        for name, value, low in (("max_depth", max_depth, 1), ("ghost_factor", ghost_factor, 0),
-                                 ("horizon", horizon, 0), ("gap_buckets", gap_buckets, 1)):
-            if value < low:
-                raise ValueError(f"{name} must be >= {low}, got {value}")
-        if not 0 <= prior_hits <= prior_events:
-            raise ValueError(f"priors need 0 <= prior_hits <= prior_events, got {prior_hits}, {prior_events}")
-        for name, value in (("window_factor", window_factor), ("decay_capacities", decay_capacities),
-                            ("prior_weight", prior_weight), ("prior_events", prior_events)):
-            if value <= 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
+        _check_parameters(max_depth=max_depth, ghost_factor=ghost_factor, horizon=horizon, gap_buckets=gap_buckets,
+                          prior_hits=prior_hits, prior_events=prior_events, window_factor=window_factor,
+                          decay_capacities=decay_capacities, prior_weight=prior_weight)
         self.index = TreeIndex()
-        self.max_depth = max_depth
         self.window_factor = window_factor
-        self.n_gaps = gap_buckets + 1  # the last one: no reuse seen yet
         # sizes are classed against `class_capacity` (0: this tier's); a shadow cache (tiers/shadow.py) passes
         # the live tier's, so that its classes are the live tier's classes
-        class_capacity = class_capacity or capacity
-        self._size_edges = tuple(e * class_capacity for e in _SIZE_EDGES)  # in units x _SIZE_EDGE_SCALE
-        nb = len(_SIZE_EDGES) + 1
-        self._tail = max_depth * nb * self.n_gaps
-        self._reused0 = self._tail + 1
-        self._nb = nb
-        n_classes = self._reused0 + max_depth * self.n_gaps
+        n_classes = self._lay_out_classes(max_depth, gap_buckets, class_capacity or capacity)
         self.lifetime = 0.0  # running mean age at eviction, in ticks (0: nothing evicted yet)
         # the leaves of each class as (placement, entry) in placement order: unretained ones, and retained ones (see
         # park()). A placement is (tick, sequence), so a class's list is in age order, which within one class is
@@ -165,6 +165,17 @@ class TinyLFUPolicy(Policy):
         self.order, self.learned = "learned", True
         # TinyLFU's contest per key, at the root level (margin 0: none; 1: TinyLFU's rule)
         self.contest = KeyContest(frequency_period, frequency_margin)
+
+    def _lay_out_classes(self, max_depth: int, gap_buckets: int, class_capacity: int) -> int:
+        """Number the classes: (depth, size bucket, gap bucket) for new suffixes, then the tail, then (depth, gap
+        bucket) for reused entries. Returns how many there are."""
+        self.max_depth = max_depth
+        self.n_gaps = gap_buckets + 1  # the last one: no reuse seen yet
+        self._size_edges = tuple(e * class_capacity for e in _SIZE_EDGES)  # in units x _SIZE_EDGE_SCALE
+        self._nb = len(_SIZE_EDGES) + 1
+        self._tail = max_depth * self._nb * self.n_gaps
+        self._reused0 = self._tail + 1
+        return self._reused0 + max_depth * self.n_gaps
 
     def steer(self, order: str, gate_threshold: float) -> None:
         """Switch the order ("learned", with the gate at `gate_threshold`, or "recency"). Takes effect at the
