@@ -184,18 +184,19 @@ def _run_batch(engine, batch):
     """Start the rows in order while the pool has room for them, as SGLang's scheduler fills a batch, then
     finish them. Returns the rows left waiting, to start first in the next batch. A row that does not fit with
     nothing else running is served alone (a prompt longer than the cache is cut as one at a time)."""
-    started = []
+    started, waiting = [], []
     for i, req in enumerate(batch):
         s = engine.start(req)
-        if s is None:
-            if started:
-                yield from ((s.req, engine.finish(s)) for s in started)
-                return batch[i:]
+        if s is not None:
+            started.append(s)
+        elif started:
+            waiting = batch[i:]
+            break
+        else:
             yield req, engine.access(req)
-            continue
-        started.append(s)
-    yield from ((s.req, engine.finish(s)) for s in started)
-    return []
+    for s in started:
+        yield s.req, engine.finish(s)
+    return waiting
 
 
 def _result(trace: Trace, cfg: ReplayConfig, engine, lower: LowerTiers, served: _Served,
