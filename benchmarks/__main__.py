@@ -38,7 +38,8 @@ def _add_replay_args(p: argparse.ArgumentParser) -> None:
                         "chunk by chunk, as they do while serving (default 0: whole)")
     p.add_argument("--in-flight", type=_positive_int, default=1, metavar="N",
                    help="rows the device runs at once, as a server's batch: all matched and given their KV before "
-                        "any is cached (device-only radix policies; default 1: one at a time)")
+                        "any is cached; with --prefill-chunk-tokens a batch also stops at that many new tokens, as "
+                        "SGLang's scheduler fills one (device-only radix policies; default 1: one at a time)")
     p.add_argument("--shadow-rate", type=_share, default=None, metavar="FRACTION",
                    help="the project's policies: the server's --tier-shadow-rate (self-tuning from shadow caches; "
                         "default: the server's default; 0: off, the learned setting throughout)")

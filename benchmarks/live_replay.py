@@ -24,6 +24,10 @@ Design note
   Servers run one after another, or with `--interleave` all at once, each row sent to each in turn: TTFTs
   compared side by side, under the same load, for this VM's speed drifts by 20% between runs minutes apart.
   With many tokens per block (`--tokens-per-block 128`), prefill decides a row's latency on this CPU too.
+- The offline twin (`offline_*` fields) replays the same rows one at a time through the same classes. With more
+  than one in flight, device-only servers also get a twin that runs `--concurrency` rows at once in batches of
+  at most the server's chunked prefill size of new tokens (`replay --in-flight`; `offline_in_flight_*`): what
+  running requests and batch-mates cost a cache, apart from the order a live run happens to take.
 - Servers: `stock` is `sglang.launch_server` with its own radix cache; `hicache` the same with SGLang's HiCache
   (on CPU our plugin is loaded for its host-pool seams only, see sglang_ext/cpu_hicache.py: the tree cache is
   SGLang's); `tiered` is ours, device only; `tiered-host` ours with the host tier.
@@ -158,6 +162,7 @@ class ServerRun:
     tier_stats: Optional[dict] = None
     pool_tokens: Optional[int] = None
     offline: Optional[dict] = None
+    offline_in_flight: Optional[dict] = None  # the twin at the run's concurrency (device-only servers, > 1 in flight)
     eviction_s: Optional[float] = None  # sglang:eviction_duration_seconds_sum at the end (None: not exported)
     prefill_chunk: Optional[int] = None  # the server's chunked_prefill_size (tokens), from its start-up log
     host_pool: Optional[int] = None  # a HiCache server's host pool (tokens), from its start-up log
@@ -309,12 +314,14 @@ def at_send_times(trace: Trace, sent: Sequence[Sent]) -> Trace:
 
 
 def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Optional[int] = None,
-                   first_tokens: Optional[Dict[int, int]] = None, host_pool: Optional[int] = None) -> dict:
+                   first_tokens: Optional[Dict[int, int]] = None, host_pool: Optional[int] = None,
+                   in_flight: int = 1) -> dict:
     """The same rows replayed offline through the same classes, in the live server's units: one radix token per
     sent token id, each block starting with the id the server saw first in it (`first_tokens`: the tree's keys,
     and so the chains the self-tuner samples, are the server's), the one token each request generates cached
     after its prompt, and the server's chunked prefill: a long prompt's chunks are inserted, undecided, before it
-    finishes; with the host tier, the host pool the server built (`host_pool`, tokens; None: the configured one)."""
+    finishes; with the host tier, the host pool the server built (`host_pool`, tokens; None: the configured one);
+    `in_flight` rows at once in batches of at most one chunk of new tokens (device only)."""
     from benchmarks.replay import ReplayConfig, replay
 
     spec = SERVER_KINDS[name]
@@ -323,7 +330,8 @@ def offline_replay(name: str, trace: Trace, cfg: "LiveConfig", prefill_chunk: Op
         policy=spec.offline_policy, capacity_tokens=cfg.capacity_tokens,
         host_tokens=cfg.host_tokens if spec.host_tier else 0,
         radix_tokens_per_block=cfg.tokens_per_block, output_tokens=1, prefill_chunk_tokens=chunk,
-        block_first_tokens=first_tokens, host_pool_radix_tokens=host_pool if spec.host_tier else None))
+        block_first_tokens=first_tokens, host_pool_radix_tokens=host_pool if spec.host_tier else None,
+        in_flight=in_flight))
     return {"token_hit_rate": result.token_hit_rate, "hit_tokens_by_tier": result.hit_tokens_by_tier,
             "admissions_rejected": result.admissions_rejected, "radix_tokens_per_block": cfg.tokens_per_block,
             # with the host tier: the class the server runs (host_engine)
@@ -359,6 +367,10 @@ def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
         "offline_radix_tokens_per_block": run.offline["radix_tokens_per_block"] if run.offline else None,
         "offline_host_tier": run.offline.get("host_tier") if run.offline else None,
         "offline_prefill_chunk_tokens": run.offline.get("prefill_chunk_tokens") if run.offline else None,
+        "offline_in_flight_token_hit_rate": run.offline_in_flight["token_hit_rate"] if run.offline_in_flight
+        else None,
+        "offline_in_flight_admissions_rejected": run.offline_in_flight["admissions_rejected"]
+        if run.offline_in_flight else None,
         "ttft_ms_p50": percentile(ttfts, 0.5),
         "ttft_ms_p90": percentile(ttfts, 0.9),
         "ttft_ms_p99": percentile(ttfts, 0.99),
@@ -436,6 +448,9 @@ def live_replay(trace: Trace, names: Sequence[str], cfg: LiveConfig, log_dir: Pa
         twin = at_send_times(trace, run.sent)  # the server's clock, for its TTLs
         run = replace(run, offline=offline_replay(name, twin, cfg, run.prefill_chunk, blocks.first_tokens(),
                                                   run.host_pool))
+        if cfg.concurrency > 1 and not SERVER_KINDS[name].host_tier:
+            run = replace(run, offline_in_flight=offline_replay(name, twin, cfg, run.prefill_chunk,
+                                                                blocks.first_tokens(), in_flight=cfg.concurrency))
         out[name] = summarize(run, trace, cfg)
     config = {"trace": trace.path, "rows": len(trace.requests), "block_tokens": trace.block_tokens,
               "interleave": cfg.interleave,

@@ -58,7 +58,8 @@ class ReplayConfig:
     # its candidates, the server's --tier-shadow-settings (tiers.shadow.parse_settings; empty: the defaults)
     shadow_settings: str = ""
     # rows the device runs at once, as a server's batch (device only, radix engines): all are matched and given
-    # their KV (evicting room for it) before any is cached; then each is cached in trace order. 1: one at a time
+    # their KV (evicting room for it) before any is cached; then each is cached in trace order. 1: one at a time.
+    # With prefill_chunk_tokens, a batch also stops at that many new tokens, as SGLang's PrefillAdder fills one
     in_flight: int = 1
 
 
@@ -171,24 +172,32 @@ def _accesses(engine, reqs, cfg: ReplayConfig, clock):
             req = arrive(req, cfg, clock)
             yield req, engine.access(req)
         return
-    batch = []
+    batch, budget = [], cfg.prefill_chunk_tokens
     for req in reqs:
         batch.append(arrive(req, cfg, clock))
         if len(batch) == cfg.in_flight:
-            batch = yield from _run_batch(engine, batch)
+            batch = yield from _run_batch(engine, batch, budget)
     while batch:
-        batch = yield from _run_batch(engine, batch)
+        batch = yield from _run_batch(engine, batch, budget)
 
 
-def _run_batch(engine, batch):
+def _run_batch(engine, batch, budget: int = 0):
     """Start the rows in order while the pool has room for them, as SGLang's scheduler fills a batch, then
     finish them. Returns the rows left waiting, to start first in the next batch. A row that does not fit with
-    nothing else running is served alone (a prompt longer than the cache is cut as one at a time)."""
-    started, waiting = [], []
+    nothing else running is served alone (a prompt longer than the cache is cut as one at a time).
+
+    `budget` (radix tokens; 0: none) is the server's chunked prefill size: SGLang's PrefillAdder puts at most that
+    many new (unmatched) tokens into one prefill batch, chunking the row that crosses it, which is then the batch's
+    last. The twin ends the batch at that row too, and runs it whole."""
+    started, waiting, new_tokens = [], [], 0
     for i, req in enumerate(batch):
+        if budget and new_tokens >= budget:
+            waiting = batch[i:]
+            break
         s = engine.start(req)
         if s is not None:
             started.append(s)
+            new_tokens += len(s.ids) - s.matched
         elif started:
             waiting = batch[i:]
             break

@@ -84,6 +84,22 @@ def test_rows_in_one_batch_do_not_hit_the_prefix_a_batch_mate_is_computing(polic
     assert hits[2] == 2 * 3 * 8  # row 2 started beside row 1
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_batch_takes_at_most_the_servers_chunk_of_new_tokens(policy):
+    """With the server's chunked prefill size, a batch stops at the row whose new tokens reach it, as SGLang's
+    PrefillAdder fills a prefill batch; the rows after it start in the next batch and find what it computed."""
+    chains = [[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3, 6]]
+    rows = [{"timestamp": i, "input_length": 8 * len(h), "output_length": 1, "hash_ids": h}
+            for i, h in enumerate(chains)]
+    trace = parse_rows(rows, block_tokens=8)
+    hits = {}
+    for chunk in (0, 3):  # radix tokens: one per block here; the first row's three new blocks fill a chunk of 3
+        r = replay(trace, ReplayConfig(policy, 64 * 8, in_flight=4, prefill_chunk_tokens=chunk, shadow_rate=0))
+        hits[chunk] = r.hit_tokens_by_tier["device"]
+    assert hits[0] == 0  # all four in one batch: nothing of the shared prefix is cached yet
+    assert hits[3] == 3 * 3 * 8  # the first row alone, then the other three together, each finding its prefix
+
+
 def test_cli_flag_reaches_the_config_and_refuses_lower_tiers(capsys):
     parser = build_parser()
     args = parser.parse_args(["replay", "--trace", "conversation", "--capacity-tokens", "1e6", "--policy", "lru",

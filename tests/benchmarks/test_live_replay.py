@@ -255,6 +255,34 @@ def test_the_twin_runs_on_the_clock_the_rows_were_sent_by():
     assert at_send_times(trace, [Sent(i, False) for i in range(4)]) is trace  # nothing went out: trace time
 
 
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_with_many_in_flight_device_servers_also_get_a_twin_that_runs_them_at_once(monkeypatch, tmp_path,
+                                                                                  concurrency):
+    """At more than one in flight, each device-only server's report carries the twin run at that concurrency
+    (`replay --in-flight`), beside the one-at-a-time twin: here four rows that share a new prefix, which one at a
+    time find it and all at once do not. The host-tier server has no such twin (the batch twin is device only).
+    The servers are the edge faked here: their answers are given, the twins are the real replays."""
+    import benchmarks.live_replay as lr
+
+    trace = parse_rows([{"timestamp": i, "input_length": 512 * len(h), "output_length": 1, "hash_ids": h}
+                        for i, h in enumerate([[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3, 6]])])
+
+    def served(name, trace, cfg, blocks, log_dir):
+        return lr.ServerRun(name, [Sent(i, True, 0, None, 0.01, sent_s=float(i)) for i in range(4)], wall_s=1.0)
+
+    monkeypatch.setattr(lr, "run_server", served)
+    cfg = lr.LiveConfig(64 * 512, 128 * 512, K, 512, 0.0, concurrency)
+    report = lr.live_replay(trace, ["stock", "tiered", "tiered-host"], cfg, tmp_path, vocab_size=2048)["servers"]
+    for name in ("stock", "tiered"):
+        assert report[name]["offline_token_hit_rate"] == 9 * 512 / (15 * 512)  # rows 2-4 find three blocks each
+        if concurrency == 1:
+            assert report[name]["offline_in_flight_token_hit_rate"] is None
+        else:
+            assert report[name]["offline_in_flight_token_hit_rate"] == 0.0  # all four in one batch
+            assert report[name]["offline_in_flight_admissions_rejected"] == 0
+    assert report["tiered-host"]["offline_in_flight_token_hit_rate"] is None
+
+
 def test_percentile_nearest_rank():
     assert percentile([], 0.5) == 0.0
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
