@@ -197,7 +197,7 @@ def _run_batch(engine, batch, budget: int = 0):
         s = engine.start(req)
         if s is not None:
             started.append(s)
-            new_tokens += len(s.ids) - s.matched
+            new_tokens += s.held  # the KV it computes: its prompt past the cached prefix, and its output
         elif started:
             waiting = batch[i:]
             break
