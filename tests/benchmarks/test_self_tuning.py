@@ -7,7 +7,7 @@ from array import array
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from benchmarks.engines import TieredEngine
 from benchmarks.host_engine import HostTierEngine, logical_tree_time
@@ -127,11 +127,14 @@ def _chat_hit_rates(seed: int, rate: float):
     return hit / total, engine.cache.tuner.stats().shadow_hit_rates[LRU.name]
 
 
+# The miniature's error at a quarter of the traffic, over 11 seeds (2026-12-07): mean 0.020, largest 0.044 (seed
+# 2381, kept as an example), the shadow mostly below the full cache. 0.04 failed a run now and then on a random seed.
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6))
-def test_a_sampled_miniature_tracks_the_full_cache_within_0_04(seed):
+@example(seed=2381)
+def test_a_sampled_miniature_tracks_the_full_cache_within_0_06(seed):
     full, shadow = _chat_hit_rates(seed, 0.25)
-    assert abs(full - shadow) <= 0.04, (full, shadow)
+    assert abs(full - shadow) <= 0.06, (full, shadow)
 
 
 def _nodes(cache):
