@@ -110,8 +110,10 @@ def test_the_replay_flag_sets_the_servers_rate_and_zero_turns_the_tuner_off():
 
 def _chat_hit_rates(seed: int, rate: float):
     """(full cache's hit rate, its shadow's) in blocks, on a generated chat trace where the shadow holds
-    dozens of requests (the regime spatial sampling is made for)."""
-    trace = parse_rows(generate_rows("chat", GenConfig(seed=seed, sessions=800, think_s=30.0, ttl_s=None)))
+    dozens of requests (the regime spatial sampling is made for) and turns come back after two minutes on
+    average, so a reused context has often been pushed out of the full cache (it holds 0.59-0.73 of the blocks
+    where an infinite one holds 0.74-0.78): a miniature's capacity decides what it reads."""
+    trace = parse_rows(generate_rows("chat", GenConfig(seed=seed, sessions=800, think_s=120.0, ttl_s=None)))
     clock = ManualClock(0.0)
     # one shadow (recency) and one window over the whole run: its rate is the sampled traffic's whole hit rate
     tuning = TuningConfig(settings=(LRU,), sample_rate=rate, max_rate=rate, window_capacities=1e9)
@@ -127,14 +129,17 @@ def _chat_hit_rates(seed: int, rate: float):
     return hit / total, engine.cache.tuner.stats().shadow_hit_rates[LRU.name]
 
 
-# The miniature's error at a quarter of the traffic, over 11 seeds (2026-12-07): mean 0.020, largest 0.044 (seed
-# 2381, kept as an example), the shadow mostly below the full cache. 0.04 failed a run now and then on a random seed.
+# The miniature's error (shadow - full) at a quarter of the traffic, over 56 seeds (2026-12-07): mean -0.02, from
+# -0.067 (seed 118, kept as an example) to +0.026 (seed 13): a miniature of LRU reads a little low. Left at the full
+# capacity (unscaled) it reads +0.068 to +0.157 high on the same seeds; fed all the traffic, far low. Hence a
+# tolerance that is not symmetric: it is the upper bar that guards the capacity scaling.
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6))
-@example(seed=2381)
-def test_a_sampled_miniature_tracks_the_full_cache_within_0_06(seed):
+@example(seed=118)
+@example(seed=13)
+def test_a_sampled_miniature_tracks_the_full_cache_from_0_08_below_to_0_05_above(seed):
     full, shadow = _chat_hit_rates(seed, 0.25)
-    assert abs(full - shadow) <= 0.06, (full, shadow)
+    assert -0.08 <= shadow - full <= 0.05, (full, shadow)
 
 
 def _nodes(cache):
