@@ -43,8 +43,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.live_replay import (SERVER_KINDS, BlockTokens, LiveConfig, ServerRun, flush_when_idle, metric_sum,
-                                    sent_tokens_by_tier, server_args, server_pool_tokens, summarize)
+                                    sent_tokens_by_tier, server_args, summarize)
 from benchmarks.row_sending import Sent, send_row, send_rows
+from benchmarks.server_log import server_pool_tokens
 from benchmarks.servers import PeerProcess, Server, start_server
 from benchmarks.trace import Request, Trace
 

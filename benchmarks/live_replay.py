@@ -27,7 +27,9 @@ Design note
 - The offline twin (`offline_*` fields) replays the same rows one at a time through the same classes. With more
   than one in flight, device-only servers also get a twin that runs `--concurrency` rows at once in batches of
   at most the server's chunked prefill size of new tokens (`replay --in-flight`; `offline_in_flight_*`): what
-  running requests and batch-mates cost a cache, apart from the order a live run happens to take.
+  running requests and batch-mates cost a cache, apart from the order a live run happens to take. It is a bound:
+  the server's own batches are smaller (with 8 in flight, 2.6-2.9 rows on average by its log), as requests come
+  back one by one.
 - Servers: `stock` is `sglang.launch_server` with its own radix cache; `hicache` the same with SGLang's HiCache
   (on CPU our plugin is loaded for its host-pool seams only, see sglang_ext/cpu_hicache.py: the tree cache is
   SGLang's); `tiered` is ours, device only; `tiered-host` ours with the host tier.
@@ -39,7 +41,6 @@ import argparse
 import contextlib
 import json
 import random
-import re
 import signal
 import statistics
 import sys
@@ -51,6 +52,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from benchmarks.engines import live_hit_blocks
 from benchmarks.row_sending import Sent, row_fields, send_interleaved, send_row, send_rows
+from benchmarks.server_log import (PrefillBatches, log_size, logged_prefill_batches, server_chunk_tokens,
+                                   server_host_pool_tokens, server_pool_tokens)
 from benchmarks.servers import Server, start_server
 from benchmarks.trace import Request, Trace
 
@@ -166,6 +169,7 @@ class ServerRun:
     eviction_s: Optional[float] = None  # sglang:eviction_duration_seconds_sum at the end (None: not exported)
     prefill_chunk: Optional[int] = None  # the server's chunked_prefill_size (tokens), from its start-up log
     host_pool: Optional[int] = None  # a HiCache server's host pool (tokens), from its start-up log
+    prefill_batches: Optional[PrefillBatches] = None  # what the server's log says its prefill passes carried
 
 
 def server_args(spec: ServerKind, device_tokens: int, host_ratio: float) -> List[str]:
@@ -198,6 +202,7 @@ def started(name: str, cfg: "LiveConfig", log_dir: Path) -> Iterator[Tuple[Serve
         # start from empty pools and fresh policy state: whatever the server ran while starting (its health
         # probes) is not in the offline replay, and a learning policy's decisions can turn on one extra node
         flush_when_idle(server)
+        built["log_start"] = log_size(server)  # the run's prefill passes are logged after this
         yield server, built
     finally:
         server.stop()
@@ -207,7 +212,9 @@ def finished_run(name: str, server: Server, built: dict, sent: List[Sent], wall_
     """The run of a server that is still up: its answers and the counters it reports at the end."""
     stats = server.get("/tiers/stats") if SERVER_KINDS[name].kind == "tiered" else None
     eviction_s = metric_sum(server.get("/metrics"), "sglang:eviction_duration_seconds_sum")
-    return ServerRun(name, sent, wall_s, stats, eviction_s=eviction_s, **built)
+    built = dict(built)
+    batches = logged_prefill_batches(server, built.pop("log_start", 0))
+    return ServerRun(name, sent, wall_s, stats, eviction_s=eviction_s, prefill_batches=batches, **built)
 
 
 def row_sender(server: Server, trace: Trace, blocks: BlockTokens) -> Callable[[int], Sent]:
@@ -270,32 +277,6 @@ def policy_ns(tier_stats: Optional[dict]) -> Optional[int]:
         return int(counters["policy_ns"])
     device = (tier_stats.get("tiers") or {}).get("device") or {}
     return int(device["policy_ns"]) if "policy_ns" in device else None
-
-
-def logged_int(server: Server, pattern: str) -> Optional[int]:
-    """The number `pattern`'s group matches first in the server's start-up log; None if not found. (The log, not
-    /get_server_info: that would run our plugin's internal-state hook, which a stock tree cache does not support;
-    it stops the scheduler of the `hicache` server.)"""
-    try:
-        found = re.search(pattern, server.log_path.read_text(errors="replace"))
-    except OSError:
-        return None
-    return int(found.group(1)) if found else None
-
-
-def server_chunk_tokens(server: Server) -> Optional[int]:
-    """The server's `chunked_prefill_size` (the server_args line)."""
-    return logged_int(server, r"'chunked_prefill_size': (-?\d+)")
-
-
-def server_pool_tokens(server: Server) -> Optional[int]:
-    """The device pool the server really built (SGLang may cap --max-total-tokens at what it profiled)."""
-    return logged_int(server, r"max_total_num_tokens=(\d+)")
-
-
-def server_host_pool_tokens(server: Server) -> Optional[int]:
-    """The host pool a HiCache server built: SGLang adds a page to int(device x ratio)."""
-    return logged_int(server, r"hierarchical KV host pool: (\d+) tokens")
 
 
 def at_send_times(trace: Trace, sent: Sequence[Sent]) -> Trace:
@@ -381,6 +362,9 @@ def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
         "requests_per_s": len(ok) / run.wall_s if run.wall_s > 0 else 0.0,
         "wall_s": run.wall_s,
         "device_pool_tokens": run.pool_tokens,
+        "prefill_batches": run.prefill_batches.passes if run.prefill_batches else None,
+        "requests_per_prefill_batch": run.prefill_batches.requests / run.prefill_batches.passes
+        if run.prefill_batches else None,
         # CPU spent deciding, per request: stock's is its eviction time, ours every policy call (eviction,
         # admission, recording) from /tiers/stats; both are the server's own clocks
         "eviction_ms_per_request": run.eviction_s * 1000 / len(run.sent) if run.eviction_s is not None and run.sent

@@ -410,7 +410,7 @@ def test_the_twin_takes_the_pools_the_server_built_from_its_log(tmp_path):
     from types import SimpleNamespace
 
     from benchmarks.host_engine import HostTierEngine
-    from benchmarks.live_replay import server_chunk_tokens, server_host_pool_tokens, server_pool_tokens
+    from benchmarks.server_log import server_chunk_tokens, server_host_pool_tokens, server_pool_tokens
     from tiers.clock import ManualClock
 
     log = tmp_path / "server.log"
@@ -488,6 +488,9 @@ def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys, stock, our
         assert s["offline_token_hit_rate"] > 0
         assert abs(s["token_hit_rate"] - s["offline_token_hit_rate"]) <= 0.01, (name, s)
         assert 0 < s["ttft_ms_p50"] <= s["ttft_ms_p90"] <= s["ttft_ms_p99"]
+        # read from the server's real log (a line SGLang no longer wrote would give None): one request at a time,
+        # every prefill pass of the run carried one request (a long row's chunks take one pass each)
+        assert s["requests_per_prefill_batch"] == 1.0 and s["prefill_batches"] >= ROWS + 1, s
         if ours == "tiered-host":  # the host tier served part of the slice, live and offline
             assert s["hit_tokens_by_tier"].get("host", 0) > 0 and s["offline_hit_tokens_by_tier"].get("host", 0) > 0
     assert report["servers"][stock]["full_hit_rows"] >= 1  # the repeated row (ours may have declined it)
@@ -512,7 +515,7 @@ def test_chunked_prefill_inserts_each_chunk_that_leaves_part_of_the_prompt(n, ma
 
 
 def test_the_server_chunk_size_is_read_from_its_start_up_log(tmp_path):
-    from benchmarks.live_replay import server_chunk_tokens
+    from benchmarks.server_log import server_chunk_tokens
     from benchmarks.servers import Server
 
     log = tmp_path / "s.log"
@@ -520,3 +523,22 @@ def test_the_server_chunk_size_is_read_from_its_start_up_log(tmp_path):
     assert server_chunk_tokens(Server("http://127.0.0.1:1", None, log)) == 2048
     log.write_text("nothing here\n")
     assert server_chunk_tokens(Server("http://127.0.0.1:1", None, log)) is None
+
+
+def test_the_prefill_batches_are_read_from_the_log_after_the_runs_start(tmp_path):
+    """The server's own batches (one log line a prefill pass), counted only after the run began: the start-up
+    warm-up's pass comes before it."""
+    from benchmarks.server_log import PrefillBatches, log_size, logged_prefill_batches
+    from benchmarks.servers import Server
+
+    log = tmp_path / "s.log"
+    line = "[2026-12-07 04:13:28] Prefill batch, #new-seq: {}, #new-token: 160, #cached-token: 0, token usage: 0.17\n"
+    log.write_text(line.format(1))  # the warm-up
+    server = Server("http://127.0.0.1:1", None, log)
+    start = log_size(server)
+    with open(log, "a") as f:
+        f.write(line.format(7) + "Decode batch, #running-req: 7\n" + line.format(2))
+    assert logged_prefill_batches(server, start) == PrefillBatches(passes=2, requests=9)
+    assert logged_prefill_batches(server, 0) == PrefillBatches(passes=3, requests=10)
+    assert logged_prefill_batches(server, log_size(server)) is None  # nothing logged since
+    assert logged_prefill_batches(Server("http://127.0.0.1:1", None, tmp_path / "missing.log"), 0) is None
