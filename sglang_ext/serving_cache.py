@@ -140,7 +140,7 @@ class ServedRequests:
         if self._metrics is not None and self._signals is not None:
             storage = getattr(getattr(self, "cache_controller", None), "storage_backend", None)
             self._metrics.sync(self._signals.counts(self.tier_counters(), storage))
-            self._signals.export_gauges(self.retention.retained_size)
+            self._signals.export_gauges(self.retention.retained_size, self.tuner)
 
     def cache_unfinished_req(self, req, *args, **kwargs):
         self._request_ttl_s = self._take_request_ttl(req)

@@ -18,7 +18,8 @@ Design note
   at most once per FRAGMENTATION_INTERVAL_S (a sort of the free list), on a stats read or an export.
 - Export: `tier_stats` adds each tier's snapshot to `/tiers/stats`; `counts` gives the monotonic ones (and the
   peer tier's health counters) to the Prometheus event counters; `export_gauges` sets the rates, thrash flag,
-  lifetimes, fragmentation and retained tokens as gauges.
+  lifetimes, fragmentation and retained tokens as gauges, and the self-tuner's state (tiers.shadow.TuningStats:
+  which setting is live, its switches, the shadows' windowed hit rates) where a tuner runs.
   The scheduler refreshes the gauges while idle too (plugin hook on `Scheduler.on_idle`, at most once per
   second), so a quiet server's velocities decay to 0 and its thrash flag clears.
 
@@ -28,6 +29,7 @@ Threading: the scheduler thread only, like the tree cache that owns it.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Dict, Iterable, Optional
 
 from sglang.srt.disaggregation.kv_events import StorageMedium
@@ -127,6 +129,7 @@ class ServingSignals:
         self._idle_due = Every(clock, IDLE_REFRESH_S)
         self.fragmentation: Optional[Fragmentation] = None
         self._gauges = None
+        self._tuning_labels: set = set()  # the settings the tuner gauges have a series for
 
     # ---- feeding ----
     def stored(self, node, medium) -> None:
@@ -187,13 +190,17 @@ class ServingSignals:
                 {name: getattr(stats, name[len("peer_"):], 0) for name in PEER_COUNTS})
         return out
 
-    def export_gauges(self, retained_tokens: int = 0, force: bool = False) -> None:
-        """Set the gauges, at most once per IDLE_REFRESH_S unless forced (called per request and while idle)."""
+    def export_gauges(self, retained_tokens: int = 0, tuner=None, force: bool = False) -> None:
+        """Set the gauges, at most once per IDLE_REFRESH_S unless forced (called per request and while idle).
+        `tuner`: the self-tuner (tiers.shadow.ShadowTuner), or None where none runs; its stats are read only
+        when the gauges are due."""
         if not (self._export_due.due() or force):
             return
         gauges = self._gauges or prometheus_gauges()
         self._gauges = gauges
         gauges["retained_tokens"].set(retained_tokens)
+        if tuner is not None:
+            self._export_tuning(gauges, tuner.stats())
         for tier, signals in self.signals.items():
             snap = signals.snapshot()
             for name in GAUGES:
@@ -203,6 +210,23 @@ class ServingSignals:
         if fragmentation is not None:
             for name in FRAGMENTATION_GAUGES:
                 gauges[name].set(getattr(fragmentation, name))
+
+    def _export_tuning(self, gauges: dict, tuning) -> None:
+        """One series per candidate setting. A setting the tuner dropped (a TTL twin, once the first requests
+        carried no client TTLs) keeps its series, not its last value: live 0, shadow hit rate NaN (no shadow).
+        (Removing the series would not do: SGLang's metrics are multi-process, and that mode keeps the last
+        value of a removed label set.)"""
+        settings = set(tuning.shadow_hit_rates) | {tuning.live}
+        for gone in self._tuning_labels - settings:
+            gauges["tuner_live"].labels(setting=gone).set(0.0)
+            gauges["tuner_shadow_hit_rate"].labels(setting=gone).set(math.nan)
+        self._tuning_labels |= settings
+        for name in settings:
+            gauges["tuner_live"].labels(setting=name).set(1.0 if name == tuning.live else 0.0)
+            gauges["tuner_shadow_hit_rate"].labels(setting=name).set(tuning.shadow_hit_rates.get(name, 0.0))
+        gauges["tuner_switches"].set(tuning.switches)
+        gauges["tuner_live_tree_hit_rate"].set(tuning.live_tree_hit_rate)
+        gauges["tuner_sample_rate"].set(tuning.sample_rate)
 
 
 _observer_failed = False
@@ -275,5 +299,14 @@ def prometheus_gauges() -> dict:
             gauges[name] = Gauge(f"sglang_ext_device_{name}", text, multiprocess_mode="mostrecent")
         gauges["retained_tokens"] = Gauge("sglang_ext_retained_tokens", "Tokens held under a retention TTL",
                                           multiprocess_mode="mostrecent")
+        for name, text in (
+                ("live", "1 for the setting the self-tuner runs the live cache on, 0 for the other candidates"),
+                ("shadow_hit_rate", "Windowed token hit rate of each candidate's shadow cache (sampled traffic)")):
+            gauges[f"tuner_{name}"] = Gauge(f"sglang_ext_tuner_{name}", text, ["setting"],
+                                            multiprocess_mode="mostrecent")
+        for name, text in (("switches", "Times the self-tuner changed the live setting since the server started"),
+                           ("live_tree_hit_rate", "The live cache's windowed token hit rate on the sampled traffic"),
+                           ("sample_rate", "Share of prefix chains the shadow caches see (0 while warming up)")):
+            gauges[f"tuner_{name}"] = Gauge(f"sglang_ext_tuner_{name}", text, multiprocess_mode="mostrecent")
         _GAUGES = gauges
     return _GAUGES

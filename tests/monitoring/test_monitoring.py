@@ -38,5 +38,6 @@ def test_dashboard_panels_each_query_something_and_do_not_overlap():
         assert all(x < 24 for x, _ in mine)
         cells |= mine
     titles = " ".join(p["title"].lower() for p in dashboard["panels"])
-    for topic in ("hit rate", "eviction", "thrash", "churn", "cold vs capacity", "retained", "peer", "fragmentation"):
+    for topic in ("hit rate", "eviction", "thrash", "churn", "cold vs capacity", "retained", "peer", "fragmentation",
+                  "self-tuner"):
         assert topic in titles, topic

@@ -1,5 +1,6 @@
 """The operator signals fed by a served tree cache (in process, SGLang's own tree and event recorder)."""
 
+import math
 from array import array
 
 import torch
@@ -150,3 +151,57 @@ def test_a_failing_signal_hook_never_reaches_sglangs_tree_code():
     recorder.record_remove("n2")
     assert inner.calls == [("store", "n1"), ("remove", "n2")]  # SGLang's own recorder still got both
     assert recorder.enabled is False  # everything else is SGLang's recorder's
+
+
+def _series(name: str) -> dict:
+    """label set -> value of one gauge family in this process's Prometheus registry."""
+    from prometheus_client import REGISTRY
+
+    return {tuple(sorted(s.labels.items())): s.value for m in REGISTRY.collect() for s in m.samples if s.name == name}
+
+
+def test_the_self_tuners_state_is_exported_and_a_dropped_setting_keeps_no_stale_value():
+    from types import SimpleNamespace
+
+    from sglang_ext.tier_signals import ServingSignals
+    from tiers.shadow import TuningStats
+
+    signals = ServingSignals(["device"], clock=ManualClock(0.0))
+    three = TuningStats(live="gated", sample_rate=0.25, sampled_requests=90, switches=2,
+                        shadow_hit_rates={"lru-no-ttl": 0.31, "gated": 0.36, "gated-no-ttl": 0.34},
+                        live_tree_hit_rate=0.41)
+    signals.export_gauges(0, SimpleNamespace(stats=lambda: three), force=True)
+    assert _series("sglang_ext_tuner_live") == {
+        (("setting", "lru-no-ttl"),): 0.0, (("setting", "gated"),): 1.0, (("setting", "gated-no-ttl"),): 0.0}
+    assert _series("sglang_ext_tuner_shadow_hit_rate")[(("setting", "gated"),)] == 0.36
+    assert (_series("sglang_ext_tuner_switches"), _series("sglang_ext_tuner_live_tree_hit_rate"),
+            _series("sglang_ext_tuner_sample_rate")) == ({(): 2.0}, {(): 0.41}, {(): 0.25})
+    two = TuningStats(live="lru", sample_rate=0.25, sampled_requests=95, switches=3,
+                      shadow_hit_rates={"lru": 0.32, "gated": 0.35}, live_tree_hit_rate=0.40)
+    signals.export_gauges(0, SimpleNamespace(stats=lambda: two), force=True)
+    live = _series("sglang_ext_tuner_live")
+    assert live[(("setting", "lru"),)] == 1.0 and sum(live.values()) == 1.0  # the dropped ones read 0, not stale
+    rates = _series("sglang_ext_tuner_shadow_hit_rate")
+    assert rates[(("setting", "lru"),)] == 0.32 and rates[(("setting", "gated"),)] == 0.35
+    assert math.isnan(rates[(("setting", "lru-no-ttl"),)]) and math.isnan(rates[(("setting", "gated-no-ttl"),)])
+
+
+def test_the_tuners_stats_are_read_only_when_the_gauges_are_due():
+    """export_gauges runs after every request; the tuner's stats (a dict of rates) are built once a second."""
+    from sglang_ext.tier_signals import IDLE_REFRESH_S, ServingSignals
+    from tiers.shadow import TuningStats
+
+    calls = []
+
+    class Tuner:
+        def stats(self):
+            calls.append(1)
+            return TuningStats("lru", 0.25, 1, 0, {"lru": 0.5}, 0.5)
+
+    clock = ManualClock(0.0)
+    signals = ServingSignals(["device"], clock=clock)
+    for _ in range(3):
+        signals.export_gauges(0, Tuner())
+    clock.advance(IDLE_REFRESH_S)
+    signals.export_gauges(0, Tuner())
+    assert len(calls) == 2
