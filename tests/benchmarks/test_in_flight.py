@@ -53,7 +53,7 @@ def test_a_started_request_holds_its_kv_so_the_next_one_evicts_for_both(policy):
             for i in range(6)]
     trace = parse_rows(rows, block_tokens=8)
     clock = ManualClock(0.0)
-    engine = _engine(policy, trace, 8, clock)  # 8 blocks: the first four rows fill it
+    engine = _engine(policy, trace, 9, clock)  # 36 radix tokens: the first four rows (9 each) fill it exactly
     for req in trace.requests[:4]:
         engine.access(req)
     assert engine.allocator.take() == []
@@ -61,8 +61,9 @@ def test_a_started_request_holds_its_kv_so_the_next_one_evicts_for_both(policy):
     freed_by_first = len(engine.allocator.take())
     second = engine.start(trace.requests[5])
     freed_by_second = len(engine.allocator.take())
-    # each needs two blocks (4 radix tokens each) and a generated token: its own room, not the other's
-    assert freed_by_first >= 9 and freed_by_second >= 9
+    # each needs two blocks (4 radix tokens each) and a generated token: the first its own room, the two together
+    # room for both (a policy may free more than it needs at once, in whole entries)
+    assert freed_by_first >= 9 and freed_by_first + freed_by_second >= 18
     for s in (first, second):
         assert engine.finish(s).hit_blocks == 0
 

@@ -180,24 +180,29 @@ def test_retained_entries_are_evicted_last(name):
 
 
 class _EveryEntryByDensity(TinyLFUPolicy):
-    """The order tinylfu's design note states, computed the slow way, as before leaf lists: one list per class of
-    every entry the pass may take (all of them, or all but the parked ones in RetainingPolicy's first pass),
-    inner ones included, in placement order; the lists' cold ends merged by density (ties by class); leaves
-    only. (Walking past the retained entries instead, as a policy that cannot park is asked to, differs: a retained
-    entry at the head of its class's list would then hold back an older unretained one.)"""
+    """The order tinylfu's design note states, computed the slow way, as before leaf lists: one list per class (and
+    sketch count, at the root level) of every entry the pass may take (all of them, or all but the parked ones in
+    RetainingPolicy's first pass), inner ones included, in placement order; the lists' cold ends merged by
+    density (ties by class); leaves only. (Walking past the retained entries instead, as a policy that cannot park
+    is asked to, differs: a retained entry at the head of its class's list would then hold back an older
+    unretained one.)"""
 
     def victims(self, size, protected=lambda e: False, parked=True):
         now, h = self.now, self._horizon()
         hits, events, ph, pe = self.hits, self.events, self.prior_hits, self.prior_events
+        weights = self._weights()
+
+        def slot(n):  # a leaf's list is the one it was placed in; an inner entry's, the one it would be placed in now
+            return self._slot(n) if n.children else n.slot
 
         def rank(n):
-            c = n.region
-            return (hits[c] + ph) / (events[c] + pe) / (now - n.tick + h), c
+            c, s = n.region, slot(n)
+            return (hits[c] + ph) / (events[c] + pe) * weights[s] / (now - n.tick + h), c, s
 
         classes = {}
         for n in sorted(self.index.nodes.values(), key=lambda n: n.placed):
             if parked or not n.parked:
-                classes.setdefault(n.region, []).append(n)
+                classes.setdefault(slot(n), []).append(n)
         if not parked:  # nor taken when the selection frees their last child
             nodes, unparked = self.index.nodes, protected
             protected = lambda e: unparked(e) or nodes[e].parked  # noqa: E731

@@ -127,9 +127,10 @@ class KeyContest:
     def enforced(self) -> bool:
         return self.right >= self.right_per_wrong * self.wrong
 
-    def record(self, key: Hashable, entries: int) -> None:
-        """A request passed `key`; `entries`: how many the cache tracks now."""
-        if self.sketch.add(key, entries):
+    def record(self, key: Hashable, entries: int) -> bool:
+        """A request passed `key`; `entries`: how many the cache tracks now. True if this use halved every count."""
+        reset = self.sketch.add(key, entries)
+        if reset:
             self.right *= 0.5
             self.wrong *= 0.5
         if key in self._held_off:
@@ -138,6 +139,7 @@ class KeyContest:
         elif key in self._defended:
             self.right += 1
             self._held_off.pop(self._defended.pop(key), None)
+        return reset
 
     def declines(self, key: Hashable, victim_keys: Iterable[Hashable]) -> bool:
         """Whether the newcomer `key` loses to the victims (which the caller would evict for it)."""
