@@ -117,11 +117,12 @@ def test_the_contest_stands_down_while_not_right_twice_as_often_as_wrong_and_sco
     c = _contest()
     assert c.declines("rare", ["popular"])
     c.record("rare", MIN_ENTRIES)  # the newcomer came back first
-    assert (c.right, c.wrong) == (0, 1) and not c.enforced
+    assert (c.right, c.wrong) == (0, 1) and not c.enforced and not c.orders  # counts that were wrong order nothing
     c.record("rare2", MIN_ENTRIES)
     assert not c.declines("rare2", ["popular"])  # lost the contest, but not held off: still a bet
     c.record("popular", MIN_ENTRIES)
     assert (c.right, c.wrong) == (1, 1) and not c.enforced  # right twice as often as wrong, to be enforced
+    assert c.orders  # right as often as wrong: the counts order root-level eviction (tinylfu)
     c.declines("rare2", ["popular"])
     c.record("popular", MIN_ENTRIES)
     assert (c.right, c.wrong) == (2, 1) and c.enforced

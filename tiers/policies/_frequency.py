@@ -127,6 +127,12 @@ class KeyContest:
     def enforced(self) -> bool:
         return self.right >= self.right_per_wrong * self.wrong
 
+    @property
+    def orders(self) -> bool:
+        """Whether the counts were right at least as often as wrong: the bar for them to order eviction (a wrong
+        order costs one entry's stay, a wrong decline a whole session's next turns)."""
+        return self.right >= self.wrong
+
     def record(self, key: Hashable, entries: int) -> bool:
         """A request passed `key`; `entries`: how many the cache tracks now. True if this use halved every count."""
         reset = self.sketch.add(key, entries)

@@ -32,8 +32,13 @@ entries and keeps TinyLFU's admission contest around it:
   rare prompts alike, and where the same prompts come back at Zipf popularity SGLang's LFU, which keeps them by
   their counts, led the class order alone by up to 0.06 of the token hit rate (tenants-z08-s3 at 2.5e5,
   benchmarks/RESULTS.md). The count is read when the leaf is placed and each count has lists of its own, so a list
-  stays in age order; a sketch reset places the counted leaves again. It weighs only while the key contest below
-  is enforced: where a prompt's count does not tell which comes back first, it orders nothing.
+  stays in age order; a sketch reset places the counted leaves again. The counts weigh while the key contest
+  below (which scores whether the prompt a count defends comes back first) has been right at least as often as
+  wrong: a looser bar than its own for declining, which fails where the flat-prompt rows and the Mooncake
+  synthetic trace hover (right 1.5-2x as often as wrong), and weighing only while it declined lost up to 0.014
+  there (benchmarks/RESULTS.md, "Root-level counts weigh while they are right at least as often as wrong").
+  Where sessions start with prompts of their own, a finished session's count is stale and wrong far more often
+  than right: there it orders nothing.
 - Admission (with bypass), in two steps. First the reuse gate (`_gate.py`): a new suffix whose class comes
   back within `gate_horizon` capacities of miss traffic less often than `gate_threshold` is declined. Its
   horizon is what a cache can hold, not the cache's current lifetime, which on multi-turn traces is far
@@ -546,11 +551,11 @@ class TinyLFUPolicy(Policy):
         return ((placed, nodes[e]) for placed, e in merge(*sources, key=_first))
 
     def _weights(self) -> list:
-        """Each list's weight on density: by the sketch's counts while the key contest is on and enforced (it scores
-        its verdicts: where a root's count does not tell which prompt comes back first, the counts order nothing),
-        else 1 for all."""
+        """Each list's weight on density: by the sketch's counts while the key contest is on and its verdicts were
+        right at least as often as wrong (where a root's count does not tell which prompt comes back first, the
+        counts order nothing), else 1 for all."""
         contest = self.contest
-        return self._slot_weight if contest.margin and contest.enforced else self._unit_weights
+        return self._slot_weight if contest.margin and contest.orders else self._unit_weights
 
     def _order(self, now: int, h: float, lists):
         """((density, class, list), leaf), lowest first: a heap over the cold end of each list in `lists` (or of
