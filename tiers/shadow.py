@@ -46,8 +46,10 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   classes had seen a return, 0.0835 against stock HiCache's 0.0873. Two capacities, not one: one gained on the
   tuning set, but over five samples of the chains it left the first 1,500 conversation rows at 4e6 below LRU on
   average (-0.0082: the learned setting loses there while its classes are young), and no row may be
-  (benchmarks/RESULTS.md, "Every row over five samples of the tuner"). After the first switch, every switch needs
-  the margin, the paired lead and `min_capacities` of traffic.
+  (benchmarks/RESULTS.md, "Every row over five samples of the tuner"). Among learned twins that tie, the live tree
+  takes the one with its own stance on client TTLs: a tie says nothing about them (the listed first, TTLs honoured,
+  left tenant chat at 2e5 0.0086 lower on the tuning set). After the first switch, every switch needs the margin,
+  the paired lead and `min_capacities` of traffic.
 - **Client TTLs are a setting** (`Setting.honours_ttls`): retention is a hint, and on traffic that marks one-shot
   questions ephemeral it keeps them over the shared prompts that come back (tenants-s1 at 2.5e5: 0.4595 honouring
   them, 0.4839 with none). A candidate that ignores them is measured beside its twin that honours them, and the
@@ -387,8 +389,11 @@ class ShadowTuner:
             return None
         if self._seen < self.config.tie_capacities * self.shadow_capacity * self._fill:
             return None  # until the whole cache is full, the live tree drops nothing whatever it runs
-        learned = max(self._learned, key=self._rate)
-        return learned if 0 < self._rate(self._live) <= self._rate(learned) else None
+        top = max(map(self._rate, self._learned))
+        tied = [i for i in self._learned if self._rate(i) == top]
+        # twins that read the same say nothing about TTLs: the live tree keeps its stance on them
+        learned = next((i for i in tied if self._settings[i].honours_ttls == self.live.honours_ttls), tied[0])
+        return learned if 0 < self._rate(self._live) <= top else None
 
     def _choose(self) -> Optional[Setting]:
         if not self._tracks_live_tree():

@@ -191,6 +191,22 @@ def test_before_the_first_switch_a_tie_goes_to_the_learned_setting():
     assert feed(cold, 500) == [] and cold.live.name == "lru-no-ttl"
 
 
+@pytest.mark.parametrize("settings, rates, first", [
+    (DEFAULT_SETTINGS, (0.2, 0.2, 0.2), "gated-no-ttl"),  # the start ignores TTLs: so does the learned twin it takes
+    (HOST_TIER_SETTINGS, (0.2, 0.2, 0.2), "gated"),  # the host tier's start honours them: so does its twin
+    (DEFAULT_SETTINGS, (0.2, 0.21, 0.2), "gated"),  # a twin that reads more is taken whatever its stance
+])
+def test_a_tie_between_ttl_twins_keeps_the_live_trees_stance_on_ttls(settings, rates, first):
+    """Twins that read the same say nothing about client TTLs: the first switch changes the order, not the stance
+    (the listed first of the tied twins, TTLs honoured, left tenant chat at 2e5 0.0086 lower on the tuning set:
+    every later switch between the twins needs the margin and the paired lead)."""
+    cfg = TuningConfig(settings=settings, sample_rate=1.0, max_rate=1.0, warmup_requests=1, window_capacities=1.0)
+    by_name = dict(zip((s.name for s in settings), rates))
+    t = ShadowTuner(cfg, 1000, lambda s, c: FixedShadow(by_name[s.name]))
+    t.offer([("chain", -1)], 100, 100, 0, carries_ttl=True)  # the warm-up saw a TTL: both twins get a shadow
+    assert feed(t, 500)[:1] == [first]
+
+
 def test_with_a_host_tier_a_tie_counts_only_once_both_tiers_could_have_dropped_anything():
     """Guards: a tie taken after two device capacities while the host tier (here twice the device) still held
     everything, so the miniatures read the same whatever they ran. On the first 2,000 conversation rows at 1e6

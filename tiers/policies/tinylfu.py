@@ -34,11 +34,11 @@ entries and keeps TinyLFU's admission contest around it:
   benchmarks/RESULTS.md). The count is read when the leaf is placed and each count has lists of its own, so a list
   stays in age order; a sketch reset places the counted leaves again. The counts weigh while the key contest
   below (which scores whether the prompt a count defends comes back first) has been right at least as often as
-  wrong: a looser bar than its own for declining, which fails where the flat-prompt rows and the Mooncake
-  synthetic trace hover (right 1.5-2x as often as wrong), and weighing only while it declined lost up to 0.014
-  there (benchmarks/RESULTS.md, "Root-level counts weigh while they are right at least as often as wrong").
-  Where sessions start with prompts of their own, a finished session's count is stale and wrong far more often
-  than right: there it orders nothing.
+  wrong. That is a looser bar than the one for declining (twice as often): on the flat-prompt rows and the
+  Mooncake synthetic trace the contest is right 1.5-2x as often as wrong and flips around its own bar, and
+  weights that flipped with it lost up to 0.014 there (benchmarks/RESULTS.md, "Root-level counts weigh while they
+  are right at least as often as wrong"). Where sessions start with prompts of their own, a finished session's
+  count is stale and wrong far more often than right: there it orders nothing.
 - Admission (with bypass), in two steps. First the reuse gate (`_gate.py`): a new suffix whose class comes
   back within `gate_horizon` capacities of miss traffic less often than `gate_threshold` is declined. Its
   horizon is what a cache can hold, not the cache's current lifetime, which on multi-turn traces is far
