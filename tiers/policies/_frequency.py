@@ -105,8 +105,9 @@ class KeyContest:
     counts of another session). The contest is enforced while it has been right at least `right_per_wrong` times
     as often as wrong (scores halved at the sketch's resets): a wrong verdict can cost every later turn of a
     session, a right one keeps one prompt. Verdicts it does not enforce are scored the same way, so it can come
-    back on. Where identical prompts recur at Zipf popularity the defended ones come back first; where traffic is
-    sessions whose roots are their own (the Mooncake synthetic trace), new sessions come back first.
+    back on. Its counts order eviction on a looser bar (`orders`: right at least as often as wrong). Where
+    identical prompts recur at Zipf popularity the defended ones come back first; where traffic is sessions whose
+    roots are their own (the Mooncake synthetic trace), new sessions come back first.
     """
 
     def __init__(self, period: float = 10.0, margin: float = 1.0, right_per_wrong: float = 2.0, open_bets: int = 64):
