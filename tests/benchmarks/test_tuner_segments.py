@@ -15,8 +15,8 @@ CAPACITY = 50_000
 @pytest.fixture(scope="module")
 def tenant_chat():
     """Tenant chat under pressure with a 60 s TTL on every turn: the tuner leaves recency for the learned setting
-    (TTLs ignored, as recency ignored them), then takes its twin that honours TTLs, then lets go of every retained
-    prefix at once for the first again."""
+    (TTLs ignored, as recency ignored them), then takes its twin that honours TTLs, then goes back to the no-TTL
+    twin (which lets go of every retained prefix at once)."""
     config = dict(KIND_DEFAULTS["tenant-chat"], requests=800)
     return parse_rows(generate_rows("tenant-chat", GenConfig(seed=3, **config)))
 
