@@ -226,7 +226,8 @@ def _replay(args, parser) -> int:
     for tier, moved in result.bytes_moved_by_tier.items():
         print(f"  {tier:<6} bytes    load {moved['load']:,}  store {moved['store']:,}")
     print(f"  evictions        {result.evictions:,}   admissions rejected {result.admissions_rejected:,}")
-    print(f"  policy ns/req    {result.policy_ns_per_request:,.0f}   replay {result.replay_seconds:.1f} s")
+    print(f"  policy ns/req    {result.policy_ns_per_request:,.0f} (shadows {result.shadow_ns_per_request:,.0f})"
+          f"   replay {result.replay_seconds:.1f} s")
     if result.prefill_seconds_saved is not None:
         print(f"  prefill s saved  {result.prefill_seconds_saved:,.1f} ({result.profile})")
     return 0

@@ -85,6 +85,7 @@ class EngineStats:
     evicted_blocks: int
     admissions_rejected: int
     policy_ns: int  # time spent deciding what to evict/admit
+    shadow_ns: int = 0  # of policy_ns, the self-tuner's miniature caches'
     tuning: Optional[dict] = None  # the self-tuner's state at the end (tiers.shadow.TuningStats), if one ran
 
 
@@ -445,6 +446,7 @@ class TieredEngine:
             evicted_blocks=int(s.evicted_tokens) // self.units.per_block,
             admissions_rejected=int(s.admissions_rejected),
             policy_ns=int(s.policy_ns),
+            shadow_ns=int(s.shadow_ns),
             tuning=dataclasses.asdict(tuner.stats()) if tuner is not None else None,
         )
 

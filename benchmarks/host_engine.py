@@ -160,7 +160,7 @@ class HostTierEngine:
         counters = self.cache.counters()
         tuner = self.cache.tuner
         return EngineStats(evictions=device["evictions"], evicted_blocks=device["evicted_tokens"] // per_block,
-                           admissions_rejected=0, policy_ns=counters["policy_ns"],
+                           admissions_rejected=0, policy_ns=counters["policy_ns"], shadow_ns=counters["shadow_ns"],
                            tuning=dataclasses.asdict(tuner.stats()) if tuner is not None else None)
 
     def host_counters(self, block_tokens: int) -> TierCounters:

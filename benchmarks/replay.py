@@ -81,6 +81,7 @@ class ReplayResult:
     evicted_blocks: int
     admissions_rejected: int
     policy_ns_per_request: float
+    shadow_ns_per_request: float  # of policy_ns_per_request, the self-tuner's miniature caches'
     replay_seconds: float
     kv_bytes_per_token: int
     profile: Optional[str] = None
@@ -239,6 +240,7 @@ def _result(trace: Trace, cfg: ReplayConfig, engine, lower: LowerTiers, served: 
         evicted_blocks=stats.evicted_blocks,
         admissions_rejected=stats.admissions_rejected + sum(c.rejected_blocks for c in lower.counters.values()),
         policy_ns_per_request=stats.policy_ns / len(reqs) if reqs else 0.0,
+        shadow_ns_per_request=stats.shadow_ns / len(reqs) if reqs else 0.0,
         replay_seconds=served.seconds,
         kv_bytes_per_token=kv_bytes,
         profile=cfg.profile.name if cfg.profile else None,

@@ -50,10 +50,13 @@ class TierView:
     def __contains__(self, node) -> bool:
         return node in self.members
 
-    def charge(self, t0: int, calls: int = 1) -> None:
-        """Count `calls` policy calls and the time since `t0` (perf_counter_ns) as this tier's policy cost."""
-        self.ns += time.perf_counter_ns() - t0
+    def charge(self, t0: int, calls: int = 1) -> int:
+        """Count `calls` policy calls and the time since `t0` (perf_counter_ns) as this tier's policy cost; returns
+        that time."""
+        ns = time.perf_counter_ns() - t0
+        self.ns += ns
         self.calls += calls
+        return ns
 
     def drift(self, msg: str) -> None:
         """The policy's view and the tree disagree: raise in strict mode, else log."""

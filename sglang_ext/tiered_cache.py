@@ -122,6 +122,7 @@ class TierStats:
     evicted_tokens: int
     retained_evictions: int
     policy_ns: int  # perf_counter_ns spent inside policy calls (record, observe, admit, victims, on_*)
+    shadow_ns: int  # of policy_ns, the self-tuner's: its miniature caches serving the sampled requests
     policy_calls: int
 
 
@@ -349,10 +350,12 @@ class TieredRadixCache(RadixCache):
             return self.capacity_tokens - self._used_tokens() - remainder
         return int(self.token_to_kv_pool_allocator.available_size())
 
-    def _charge(self, t0: int, calls: int) -> None:
-        """Count `calls` policy calls and the time since `t0` (perf_counter_ns) as policy cost."""
-        self._n.policy_ns += time.perf_counter_ns() - t0
+    def _charge(self, t0: int, calls: int) -> int:
+        """Count `calls` policy calls and the time since `t0` (perf_counter_ns) as policy cost; returns that time."""
+        ns = time.perf_counter_ns() - t0
+        self._n.policy_ns += ns
         self._n.policy_calls += calls
+        return ns
 
     def _record_request(self, path, cand_key, matched: int, total: int) -> None:
         """Tell the policy what a request asked for: every key on its path and its new remainder's, and its hit."""
@@ -376,7 +379,7 @@ class TieredRadixCache(RadixCache):
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: the live policy now runs %r (%s)", setting.name, self.tuner.stats())
-        self._charge(t0, 1)
+        self._n.shadow_ns += self._charge(t0, 1)
 
     def _admits(self, path, anchor, cand_key, remainder: int, counted: bool, ttl_s) -> bool:
         """Whether the remainder stays in the tree. Under pressure the policy weighs it against the victims

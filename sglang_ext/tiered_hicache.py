@@ -128,7 +128,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         self._tuning, self._scale = tuning, scale
         self._strict = strict  # raise when a policy's view drifts from the tree (tests); else log and fall back
         self._n = dict(host_admitted=0, host_rejected=0, demotions=0, dropped=0, device_evicted_tokens=0,
-                       host_evicted_tokens=0, fallback_rounds=0)
+                       host_evicted_tokens=0, fallback_rounds=0, shadow_ns=0)
         self._req_recorded = False  # inside cache_*_req of a request both policies have recorded already
         self._backed_up_now: Optional[set] = None  # inside insert: the nodes it backed up (new on the host)
         self._honours_ttls = True  # the live setting's: False while the self-tuner has client TTLs ignored
@@ -196,7 +196,7 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         if setting is not None:
             self._steer(setting)
             logger.info("shadow tuner: both tiers now run %r (%s)", setting.name, self.tuner.stats())
-        self.device_view.charge(t0, 1)
+        self._n["shadow_ns"] += self.device_view.charge(t0, 1)  # of policy_ns, the self-tuner's
 
     def reset(self):
         """SGLang's flush (`/flush_cache`) empties both pools; the retention and policies of the old tree go too,

@@ -389,6 +389,9 @@ def test_table_reports_a_server_that_did_not_start_and_the_ratios_of_ours_to_sto
     out = table({"servers": {"stock": {**row, "eviction_ms_per_request": 0.2},
                              "tiered": {**row, "policy_ms_per_request": 0.3}}})
     assert "policy CPU 0.300 ms/request (every policy call) vs stock's eviction 0.200 ms/request: 1.50x" in out
+    out = table({"servers": {"stock": {**row, "eviction_ms_per_request": 0.2},
+                             "tiered": {**row, "policy_ms_per_request": 0.3, "shadow_ms_per_request": 0.1}}})
+    assert "(every policy call; the self-tuner's shadows 0.100 of it) vs stock's eviction" in out
 
 
 def test_metric_sum_adds_a_series_over_its_label_sets_and_nothing_else():
@@ -434,6 +437,8 @@ def test_policy_time_is_read_from_either_cache_shape():
     assert policy_ns({"tiers": {"device": {"policy_ns": 7}}}) == 7  # device-only
     assert policy_ns({"counters": {"policy_ns": 9}, "tiers": {"device": {}}}) == 9  # with the host tier
     assert policy_ns(None) is None
+    assert policy_ns({"tiers": {"device": {"policy_ns": 7, "shadow_ns": 3}}}, "shadow_ns") == 3
+    assert policy_ns({"counters": {"policy_ns": 9, "shadow_ns": 4}, "tiers": {"device": {}}}, "shadow_ns") == 4
 
 
 # ---- against real servers ----
@@ -498,7 +503,7 @@ def test_live_replay_agrees_with_the_offline_replay(tmp_path, capsys, stock, our
     device = report["servers"][ours]["tier_stats"]["tiers"]["device"]
     assert device["evictions"] > 0  # contended
     assert report["servers"][stock]["eviction_ms_per_request"] > 0  # stock's policy cost, from /metrics
-    assert report["servers"][ours]["policy_ms_per_request"] > 0
+    assert report["servers"][ours]["policy_ms_per_request"] > report["servers"][ours]["shadow_ms_per_request"] > 0
 
 
 @pytest.mark.parametrize("n, matched, chunk, expected", [

@@ -23,10 +23,11 @@ REQUIRED = {
     "evictions": int,
     "admissions_rejected": int,
     "policy_ns_per_request": float,
+    "shadow_ns_per_request": float,
     "replay_seconds": float,
     "block_hits": int,
 }
-TIMING_FIELDS = ("replay_seconds", "policy_ns_per_request")
+TIMING_FIELDS = ("replay_seconds", "policy_ns_per_request", "shadow_ns_per_request")
 
 
 def run_json(capsys, *argv) -> dict:

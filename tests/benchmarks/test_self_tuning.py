@@ -302,6 +302,19 @@ def test_the_replay_with_a_host_tier_runs_the_tuner_and_reports_it():
     assert set(with_ttls.tuning["shadow_hit_rates"]) == {s.name for s in HOST_TIER_SETTINGS}
 
 
+@pytest.mark.parametrize("host_tier", [False, True], ids=["device", "host-tier"])
+def test_the_shadows_time_is_reported_as_its_part_of_the_policys(host_tier):
+    """An operator weighing `--tier-shadow-rate` sees what the self-tuner costs: `shadow_ns`, counted inside
+    `policy_ns` (an accounting check, not a timing bar)."""
+    trace = load_trace("conversation", limit=300)
+    host = 400_000 if host_tier else 0
+    tuned = replay(trace, ReplayConfig("tinylfu", 200_000, host_tokens=host))
+    assert tuned.tuning["sampled_requests"] > 0
+    assert 0 < tuned.shadow_ns_per_request < tuned.policy_ns_per_request
+    pinned = replay(trace, ReplayConfig("tinylfu", 200_000, host_tokens=host, shadow_rate=0))
+    assert pinned.shadow_ns_per_request == 0 < pinned.policy_ns_per_request
+
+
 IGNORES_TTLS, HONOURS_TTLS = GATED_NO_TTL, GATED  # the learned setting, ignoring client TTLs and honouring them
 
 
