@@ -279,6 +279,11 @@ def policy_ns(tier_stats: Optional[dict], name: str = "policy_ns") -> Optional[i
     return int(device[name]) if name in device else None
 
 
+def per_request_ms(ns: Optional[float], sent: Sequence[Sent]) -> Optional[float]:
+    """`ns` nanoseconds over the rows sent, in milliseconds a row (None if either is missing)."""
+    return ns / 1e6 / len(sent) if ns is not None and sent else None
+
+
 def at_send_times(trace: Trace, sent: Sequence[Sent]) -> Trace:
     """The trace with each row at the time the live run sent it, from the trace's first time: the server's TTLs
     run on its clock, so the twin's must too (at `--speedup 0` a slice of many minutes goes out in seconds, and
@@ -367,12 +372,10 @@ def summarize(run: ServerRun, trace: Trace, cfg: "LiveConfig") -> dict:
         if run.prefill_batches else None,
         # CPU spent deciding, per request: stock's is its eviction time, ours every policy call (eviction,
         # admission, recording) from /tiers/stats; both are the server's own clocks
-        "eviction_ms_per_request": run.eviction_s * 1000 / len(run.sent) if run.eviction_s is not None and run.sent
-        else None,
-        "policy_ms_per_request": ns / 1e6 / len(run.sent) if (ns := policy_ns(run.tier_stats)) is not None
-        and run.sent else None,
-        "shadow_ms_per_request": ns / 1e6 / len(run.sent) if (ns := policy_ns(run.tier_stats, "shadow_ns"))
-        is not None and run.sent else None,
+        "eviction_ms_per_request": per_request_ms(None if run.eviction_s is None else run.eviction_s * 1e9,
+                                                  run.sent),
+        "policy_ms_per_request": per_request_ms(policy_ns(run.tier_stats), run.sent),
+        "shadow_ms_per_request": per_request_ms(policy_ns(run.tier_stats, "shadow_ns"), run.sent),
         "tier_stats": run.tier_stats,
     }
 
