@@ -222,7 +222,9 @@ class TieredRadixCache(RadixCache):
             self._steer(self.tuner.live)
 
     def _steer(self, setting: Setting) -> None:
-        self.policy.inner.steer(setting.order, setting.gate_threshold)
+        inner = self.policy.inner
+        if hasattr(inner, "steer"):  # a recency miniature's policy has that order only (Setting.miniature_policy)
+            inner.steer(setting.order, setting.gate_threshold)
         self._honours_ttls = setting.honours_ttls
         if not setting.honours_ttls:
             self.retention.release_all()
@@ -231,10 +233,10 @@ class TieredRadixCache(RadixCache):
         """A miniature of this cache running `setting`: the same tree class, policy and page size, no pools, no
         tuner, no serving counters; its policy classes sizes as this tier does and weighs its priors by the
         sample rate."""
-        config = {**self._policy_config, "class_capacity": self.capacity_tokens,
-                  "prior_weight": capacity / self.capacity_tokens}
+        policy, config = setting.miniature_policy(self._policy_name, self._policy_config)
+        config = {**config, "class_capacity": self.capacity_tokens, "prior_weight": capacity / self.capacity_tokens}
         shadow = TieredRadixCache.create_simulated(
-            policy=self._policy_name, capacity_tokens=capacity, clock=self._tier_clock, policy_config=config,
+            policy=policy, capacity_tokens=capacity, clock=self._tier_clock, policy_config=config,
             page_size=self.page_size, retention_budget=self._retention_budget, strict=self._strict,
         )
         shadow._steer(setting)

@@ -168,8 +168,9 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
     def _steer(self, setting: Setting) -> None:
         """Both tiers run the setting: with `recency`, device and host evict least recently used first and the
         host takes every backup, as stock HiCache's write-through does."""
-        self.device_view.inner.steer(setting.order, setting.gate_threshold)
-        self.host_view.inner.steer(setting.order, setting.gate_threshold)
+        for view in (self.device_view, self.host_view):
+            if hasattr(view.inner, "steer"):  # a recency miniature's policy has that order only
+                view.inner.steer(setting.order, setting.gate_threshold)
         self._honours_ttls = setting.honours_ttls
         if not setting.honours_ttls:
             self.retention.release_all()
@@ -179,10 +180,11 @@ class TieredHiRadixCache(ServedRequests, HiRadixCache):
         the same policy, retention budget and clock; no tuner, no signals, no KV."""
         scale = device_tokens / max(1, int(self.token_to_kv_pool_allocator.size))
         host_tokens = max(1, round(int(self.cache_controller.mem_pool_host.size) * scale))
+        policy, config = setting.miniature_policy(self._policy_name, self._policy_config)
         shadow = simulated_hicache(
             TieredHiRadixCache, device_tokens, host_tokens, record_host_evictions=False,
             load_back_threshold=self.load_back_threshold,  # in tokens, as the shadow's page of 1 token
-            policy=self._policy_name, policy_config=self._policy_config, retention_budget=self._retention_budget,
+            policy=policy, policy_config=config, retention_budget=self._retention_budget,
             clock=self._clock, strict=self._strict, scale=scale, signals=False)
         shadow._steer(setting)
         return _HostTierShadow(shadow)

@@ -15,7 +15,9 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   salted by `sample_seed` (the server's is 0): the replay's `--shadow-seed` draws other samples at the same rate,
   and the spread of a hit rate over seeds is how much of it is the tuner's path, not its rules.
 - **Shadows**: one miniature cache per candidate setting, rate x the live capacity, built by the tier with the
-  classes it runs itself (`make_shadow`), so a shadow is the live cache in small. A miniature is only faithful
+  classes it runs itself (`make_shadow`), so a shadow is the live cache in small. A recency setting's miniature
+  runs `recency` (`Setting.miniature_policy`): the same order, without the learner the live policy keeps training
+  on recency for a switch back, which a miniature that never switches would not read. A miniature is only faithful
   while it holds many requests (SHARDS scales the capacity, not the items): the rate is `sample_rate` or more,
   enough for the shadow to hold `min_shadow_requests` requests of the mean size seen over the first
   `warmup_requests` (up to 1: full-size shadows). The shadows start after that warm-up.
@@ -91,6 +93,13 @@ class Setting:
     order: str = "learned"  # "recency": age alone, every suffix admitted (SGLang's LRU)
     gate_threshold: float = 0.0
     honours_ttls: bool = True  # False: a client's TTL is ignored (no retention, no admission bypass)
+
+    def miniature_policy(self, policy: str, config: dict) -> Tuple[str, dict]:
+        """The policy, and its configuration, of this setting's miniature beside a live tree on `policy`: a
+        recency setting's runs `recency`, the order a steered policy follows on recency without the learner that a
+        miniature never switching setting would never read (tiers/policies/recency.py); a learned one's runs the
+        live tree's."""
+        return ("recency", {}) if self.order == "recency" else (policy, config)
 
 
 LRU = Setting("lru-no-ttl", order="recency", honours_ttls=False)  # SGLang's LRU, which has no client TTLs

@@ -29,14 +29,17 @@ def conversation_slice():
     return load_trace("conversation", limit=1500)
 
 
+@pytest.mark.parametrize("policy", ["tinylfu", "recency"])
 @pytest.mark.parametrize("workload", ["conversation", "tenants-with-ttls", "tenant-chat"])
-def test_the_recency_setting_is_sglangs_lru_to_the_token(workload, conversation_slice):
+def test_the_recency_setting_is_sglangs_lru_to_the_token(workload, policy, conversation_slice):
     """Guards the setting the device-only tuner starts on: `tinylfu` steered to recency must be stock SGLang's
     LRU, or the tuner's "never below LRU" would rest on another algorithm; also where every row carries a client
     TTL, which SGLang has no notion of (honouring them there cost API-like traffic hits against SGLang's LRU
     until the first switch), and on multi-turn sessions whose turns split nodes (a split's back part is as old
     as the request before it in ticks: ranked by class, not placement, recency evicted another leaf of that age
-    first, and served these 253 rows 0.7575 against SGLang's 0.7538)."""
+    first, and served these 253 rows 0.7575 against SGLang's 0.7538). The same for the policy the recency
+    setting's miniature runs (`recency`, steered as the tuner builds it), or the shadows would compare the learned
+    setting with another algorithm than the one the live tree falls back to."""
     if workload == "conversation":
         trace, capacity = conversation_slice, 4_000_000
     elif workload == "tenant-chat":
@@ -47,7 +50,10 @@ def test_the_recency_setting_is_sglangs_lru_to_the_token(workload, conversation_
         assert all(req.ttl_s for req in trace.requests)
     assert TuningConfig().settings[0] == LRU
     clock = ManualClock(0.0)
-    ours = TieredEngine("tinylfu", capacity // 512, clock, tuning=TuningConfig(settings=(LRU,)))
+    ours = TieredEngine(policy, capacity // 512, clock, tuning=TuningConfig(settings=(LRU,)))
+    if policy == "recency":
+        assert ours.cache.tuner is None and LRU.miniature_policy("tinylfu", {}) == ("recency", {})
+        ours.cache._steer(LRU)  # as TieredRadixCache._make_shadow builds the miniature
     stock = replay(trace, ReplayConfig("lru", capacity))
     hit = 0
     for req in trace.requests:
@@ -242,12 +248,15 @@ def _host_hits(policy: str, trace, device_blocks: int, host_blocks: int, tuning=
     return engine, hits
 
 
-def test_the_recency_setting_on_both_tiers_is_stock_hicache_request_by_request():
+@pytest.mark.parametrize("policy", ["tinylfu", "recency"])
+def test_the_recency_setting_on_both_tiers_is_stock_hicache_request_by_request(policy):
     """Guards the host tier's starting setting: `tinylfu` steered to recency on device and host must serve every
-    request as SGLang's HiRadixCache with LRU does (device eviction, write-through backups, host eviction)."""
+    request as SGLang's HiRadixCache with LRU does (device eviction, write-through backups, host eviction); so must
+    `recency`, which the recency setting's miniature runs on both tiers."""
     trace = load_trace("conversation", limit=800)
     assert HOST_TIER_SETTINGS[0] == RETAINING_LRU
-    engine, ours = _host_hits("tinylfu", trace, 600, 1200, TuningConfig(settings=(RETAINING_LRU,)))
+    assert RETAINING_LRU.miniature_policy("tinylfu", {}) == ("recency", {})
+    engine, ours = _host_hits(policy, trace, 600, 1200, TuningConfig(settings=(RETAINING_LRU,)))
     _, stock = _host_hits("lru", trace, 600, 1200)
     assert engine.cache.tier_counters()["host"]["evicted_tokens"] > 0  # both tiers were full
     assert sum(h for _, h in stock) > 0

@@ -6,6 +6,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from tiers.clock import ManualClock
 from tiers.policies._tree import select_leaves
+from tiers.policies.recency import PlacementRecencyPolicy
 from tiers.policies.tinylfu import TinyLFUPolicy
 from tiers.policy import create_policy, policy_names
 from tiers.retention import Retention, RetainingPolicy, parse_cache_control, parse_ttl
@@ -241,9 +242,31 @@ def test_parking_retained_entries_changes_no_victim_order(ops):
     are those of one list per class of every entry the pass may take, through inserts under
     leaves, splits, retains, refreshes, expiries, budget releases, uses and removals; and what is parked is
     what is retained."""
+    _assert_same_victims(ops, TinyLFUPolicy, _EveryEntryByDensity)
+
+
+def _steered_to_recency(capacity, clock):
+    policy = TinyLFUPolicy(capacity, clock=clock)
+    policy.steer("recency", 0.0)
+    return policy
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPS)
+def test_the_recency_miniatures_policy_orders_as_tinylfu_steered_to_recency(ops):
+    """The self-tuner's recency miniature runs `recency` (Setting.miniature_policy) in place of `tinylfu` steered to
+    recency: the same victims in the same order, parked (retained) entries included, through the ops above, or the
+    miniature would measure another order than the one the live tree falls back to."""
+    _assert_same_victims(ops, _steered_to_recency, PlacementRecencyPolicy)
+
+
+def _assert_same_victims(ops, make_a, make_b):
+    """Drive two policies, each behind RetainingPolicy on one Retention, through `ops` (inserts under leaves, splits,
+    retains, refreshes, expiries, budget releases, uses and removals); after each op both give the same victims in
+    the same order, and what each parks is what is retained."""
     clock = ManualClock()
     ret = Retention(60, clock, budget_fraction=0.5)
-    parks, walks = (RetainingPolicy(cls(60, clock=clock), ret) for cls in (TinyLFUPolicy, _EveryEntryByDensity))
+    parks, walks = (RetainingPolicy(make(60, clock=clock), ret) for make in (make_a, make_b))
     assert parks._parks and walks._parks
     live, fresh = [], itertools.count()  # entries in insertion order; an entry's parent is an earlier one
     for op, x, size in ops:
@@ -280,5 +303,6 @@ def test_parking_retained_entries_changes_no_victim_order(ops):
                 live.insert(live.index(e), front)
         assert parks.victims(size * 4) == walks.victims(size * 4)
         assert parks.victims(10**6) == walks.victims(10**6)  # the whole order
-        parked = {e for e, n in parks.inner.index.nodes.items() if n.parked == 1}
-        assert parked == {e for e in live if ret.is_retained(e)}
+        for p in (parks, walks):
+            parked = {e for e, n in p.inner.index.nodes.items() if n.parked == 1}
+            assert parked == {e for e in live if ret.is_retained(e)}

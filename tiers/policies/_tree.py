@@ -103,6 +103,56 @@ class TreeIndex:
         return n, old_parent
 
 
+class PlacedLeaves:
+    """For a policy that keeps each leaf in a list in placement order (`_place(n)` adds leaf `n` to its list,
+    `_leave(n)` takes it out; its `index` is a TreeIndex): what tree changes do to the lists, and parking for
+    tiers.retention.RetainingPolicy (a parked leaf sits in a list of parked ones until unparked; an inner entry
+    only carries the mark)."""
+
+    def park(self, entry) -> None:
+        self._set_parked(entry, True)
+
+    def unpark(self, entry) -> None:
+        self._set_parked(entry, False)
+
+    def _set_parked(self, entry, parked: bool) -> None:
+        n = self.index.nodes.get(entry)
+        if n is None or n.parked == parked:
+            return
+        if n.children:
+            n.parked = parked
+            return
+        self._leave(n)
+        n.parked = parked
+        self._place(n)
+
+    def _remove_leaf(self, entry) -> _Node:
+        """Stop tracking leaf `entry`; a parent left without children is placed again, where it was."""
+        n = self.index.remove(entry)
+        self._leave(n)
+        if n.parent is not None:
+            p = self.index.nodes[n.parent]
+            if not p.children:  # a leaf again
+                self._place(p)
+        return n
+
+    def _move(self, entry, new_size, new_parent, new_key) -> Optional[_Node]:
+        """`on_resize`'s tree change: `entry` resized under `new_parent`, the lists kept to the leaves. Returns the
+        split's front part (`new_parent`, reported by `on_insert` just before) if this is a split, else None."""
+        nodes = self.index.nodes
+        front = nodes.get(new_parent) if new_parent is not None else None
+        if front is not None and not front.children and nodes[entry].parent != new_parent:
+            self._leave(front)  # about to be the entry's parent
+        n, old_parent = self.index.resize(entry, new_size, new_parent)
+        if new_key is not None:
+            n.key = new_key
+        if new_parent == old_parent:
+            return None
+        if old_parent is not None and not nodes[old_parent].children:
+            self._place(nodes[old_parent])
+        return front  # None: moved to the root level, no split
+
+
 def select_leaves(
     index: TreeIndex,
     size: int,

@@ -83,7 +83,7 @@ from typing import Callable, Hashable, Iterable, List, Optional
 from tiers.clock import Clock
 from tiers.policies._frequency import MAX_COUNT, KeyContest
 from tiers.policies._gate import ReuseGate
-from tiers.policies._tree import TreeIndex, select_leaves
+from tiers.policies._tree import PlacedLeaves, TreeIndex, select_leaves
 from tiers.policy import Candidate, Policy, register_policy
 
 # size buckets: upper edges in 1/10,000ths of the capacity (integers, so a bucket is exact at any scale);
@@ -111,7 +111,7 @@ def _check_parameters(*, max_depth, ghost_factor, horizon, gap_buckets, prior_hi
 
 
 @register_policy("tinylfu")
-class TinyLFUPolicy(Policy):
+class TinyLFUPolicy(PlacedLeaves, Policy):
     def __init__(
         self,
         capacity: int,
@@ -352,12 +352,7 @@ class TinyLFUPolicy(Policy):
             self._place(n)
 
     def on_remove(self, entry) -> None:
-        n = self.index.remove(entry)
-        self._leave(n)
-        if n.parent is not None:
-            p = self.index.nodes[n.parent]
-            if not p.children:  # a leaf again
-                self._place(p)
+        n = self._remove_leaf(entry)
         tick = n.tick
         age = self.now - tick
         life = self.lifetime
@@ -365,19 +360,10 @@ class TinyLFUPolicy(Policy):
         self._ghost(n.key, n.region, n.size, tick)
 
     def on_resize(self, entry, new_size, new_parent, new_key=None) -> None:
-        nodes = self.index.nodes
-        front = nodes.get(new_parent) if new_parent is not None else None
-        if front is not None and not front.children and nodes[entry].parent != new_parent:
-            self._leave(front)  # about to be the entry's parent
-        n, old_parent = self.index.resize(entry, new_size, new_parent)
-        if new_key is not None:
-            n.key = new_key
-        if new_parent == old_parent:
+        front = self._move(entry, new_size, new_parent, new_key)
+        if front is None:
             return
-        if old_parent is not None and not nodes[old_parent].children:
-            self._place(nodes[old_parent])
-        if front is None:  # moved to the root level: no split
-            return
+        n = self.index.nodes[entry]
         # a split: the new front node carries on the entry's event and age (it is what the request reuses: its
         # use, which follows, measures the gap); the back part, which the request did not reach, starts a TAIL
         # event now, as an insert would (SGLang's match stamps the node before it splits it)
@@ -463,27 +449,10 @@ class TinyLFUPolicy(Policy):
         self._ghost(candidate.key, cls, candidate.size, now)
         return False
 
-    # --- leaf lists, and parking for tiers.retention.RetainingPolicy ---
+    # --- leaf lists (parking for tiers.retention.RetainingPolicy: _tree.PlacedLeaves) ---
     # A leaf is in one list of its class, in placement order: its leaves, or its parked leaves while retained;
     # an inner entry is in none (it cannot go before its children). Victim queries merge the lists' cold ends
     # by density (ties by class): the order of one LRU list per class, leaves only, walking past no other.
-    def park(self, entry) -> None:
-        self._set_parked(entry, True)
-
-    def unpark(self, entry) -> None:
-        self._set_parked(entry, False)
-
-    def _set_parked(self, entry, parked: bool) -> None:
-        n = self.index.nodes.get(entry)
-        if n is None or n.parked == parked:
-            return
-        if n.children:
-            n.parked = parked
-            return
-        self._leave(n)
-        n.parked = parked
-        self._place(n)
-
     def _replace_roots(self) -> None:
         """Place every counted root-level leaf again, at its key's count now that the sketch halved them all (a leaf
         keeps its list until it is placed again; resets come every `frequency_period` x the entries of uses, so
