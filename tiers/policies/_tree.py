@@ -126,6 +126,16 @@ class PlacedLeaves:
         n.parked = parked
         self._place(n)
 
+    def _add_leaf(self, entry, key, size, parent) -> _Node:
+        """Track `entry`, used at the policy's tick `self.now`; its parent leaves its list if it just stopped being a
+        leaf. The caller places the new leaf."""
+        index = self.index
+        n = index.add(entry, key, size, parent)
+        n.tick = self.now
+        if parent is not None and index.nodes[parent].children == 1:  # its parent is no leaf any more
+            self._leave(index.nodes[parent])
+        return n
+
     def _remove_leaf(self, entry) -> _Node:
         """Stop tracking leaf `entry`; a parent left without children is placed again, where it was."""
         n = self.index.remove(entry)

@@ -55,11 +55,7 @@ class PlacementRecencyPolicy(PlacedLeaves, Policy):
         self.now += 1
 
     def on_insert(self, entry, key, size, parent=None) -> None:
-        index = self.index
-        n = index.add(entry, key, size, parent)
-        n.tick = self.now
-        if parent is not None and index.nodes[parent].children == 1:  # its parent is no leaf any more
-            self._leave(index.nodes[parent])
+        n = self._add_leaf(entry, key, size, parent)
         n.placed = (n.tick, next(self._placements))
         self._place(n)
 

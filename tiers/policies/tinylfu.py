@@ -292,10 +292,7 @@ class TinyLFUPolicy(PlacedLeaves, Policy):
     # --- notifications ---
     def on_insert(self, entry, key, size, parent=None) -> None:
         index = self.index
-        n = index.add(entry, key, size, parent)
-        n.tick = self.now
-        if parent is not None and index.nodes[parent].children == 1:  # its parent is no leaf any more
-            self._leave(index.nodes[parent])
+        n = self._add_leaf(entry, key, size, parent)
         self.gate.opened(key, n.depth, size)
         returned = self._returned
         if key in returned:  # a ghost that came back: it was used again, not a first-seen suffix
