@@ -72,6 +72,8 @@ CACHE_HOOKS = (
           "hooked: the last check before the scheduler (scheduler_guard)"),
     _hook("sglang.srt.managers.tokenizer_manager", "TokenizerManager._validate_one_request", "self, obj, input_ids",
           "hooked: SGLang's own refusals are a 400 on every route (scheduler_guard)"),
+    _hook("sglang.srt.managers.tokenizer_manager", "TokenizerManager._should_use_batch_tokenization",
+          "self, batch_size, requests", "hooked: a text batch is checked whole before any of it is sent"),
 )
 HTTP_HOOKS = (
     _hook("sglang.srt.entrypoints.http_server", "_global_state", None, "read: /tiers/stats"),

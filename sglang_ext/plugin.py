@@ -64,6 +64,7 @@ def register() -> None:
     # workers, which load no plugin (our launcher refuses --tokenizer-worker-num > 1 for that reason)
     HookRegistry.register(scheduler_guard.TARGET, scheduler_guard.guard, HookType.AROUND)
     HookRegistry.register(scheduler_guard.VALIDATE_TARGET, scheduler_guard.refuse_what_sglang_refuses, HookType.AROUND)
+    HookRegistry.register(scheduler_guard.BATCH_TARGET, scheduler_guard.batches_checked_whole, HookType.AROUND)
     if TierConfig.launched():  # a stock `sglang.launch_server` (the plugin is installed) keeps SGLang's behaviour
         HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.open_session",
                               session_cap.refuse_over_cap(TierConfig.from_env().max_open_sessions), HookType.AROUND)

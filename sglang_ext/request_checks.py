@@ -17,6 +17,7 @@ Ollama, scoring, ...) are other_route_checks', built on the field kinds and help
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -49,6 +50,10 @@ SAMPLING_FIELDS = {
 }
 # SGLang's SessionParams fields and the types it accepts (None is always allowed).
 SESSION_FIELDS = {"id": WORD, "rid": WORD, "offset": COUNT, "replace": BOOL, "drop_previous_output": BOOL}
+# SGLang 0.5.20's scheduler clears a whole session (`replace` without a `rid`) by deleting from the dict it iterates:
+# on a session that holds a request it raised and the server stopped
+REPLACE_WITHOUT_RID = ("session_params.replace needs the rid of the request to replace after; to start a session "
+                       "over, close it and open a new one")
 # The bodies of SGLang's /open_session and /close_session (OpenSessionReqInput, CloseSessionReqInput) without the
 # fields its processes fill in (`rid`, `http_worker_ipc`). SGLang took a negative capacity, a negative or NaN timeout,
 # an empty or 100 kB session id, and those internal fields.
@@ -209,9 +214,11 @@ def check_fanout(body: dict, route: str) -> None:
         raise BadRequest(f"a request may ask for at most {MAX_FANOUT} completions (prompts x n), got {batch} x {n}")
 
 
-def check_salt(salt: Any) -> None:
-    if salt is not None and not all(has_type(s, NAME) for s in as_list(salt)):
-        raise BadRequest(f"cache_salt must be a non-empty string (or a list of them, for a batch) of at most "
+def check_cache_key(value: Any, field: str) -> None:
+    """`cache_salt` and `extra_key` are part of every cached entry's key, held as long as the entry is: bounded
+    like a name (an 8 MB `extra_key` was kept with each 2-token entry, and eviction counts tokens, not bytes)."""
+    if value is not None and not all(has_type(s, NAME) for s in as_list(value)):
+        raise BadRequest(f"{field} must be a non-empty string (or a list of them, for a batch) of at most "
                          f"{MAX_NAME_LEN} characters")
 
 
@@ -222,6 +229,8 @@ def check_session_params(params: Any) -> None:
     if not isinstance(params, dict):
         raise BadRequest("session_params must be an object")
     check_fields(params, SESSION_FIELDS, "session_params")
+    if params.get("replace") and params.get("rid") is None:
+        raise BadRequest(REPLACE_WITHOUT_RID)
 
 
 def check_token_ids(ids: Any, field: str, vocab_size: Optional[int]) -> None:
@@ -273,8 +282,18 @@ def check_server_set_fields(body: dict) -> None:
             raise BadRequest(f"{name} is set by the server, not by a request")
 
 
+def check_texts(texts: Any, field: str) -> None:
+    """No text prompt of a batch is empty (SGLang refuses one on its own, but in a batch only once the prompts
+    before it were sent)."""
+    if isinstance(texts, list):
+        for i, text in enumerate(texts):
+            if text == "":
+                raise BadRequest(f"{field}[{i}] is empty: a prompt needs at least one token")
+
+
 def check_generate(body: dict, limits: Optional[ModelLimits]) -> None:
     check_server_set_fields(body)
+    check_texts(body.get("text"), "text")
     check_sampling_params(body.get("sampling_params"))
     check_per_prompt_lists(body)
     check_logprob_fields(body, limits)
@@ -467,7 +486,16 @@ def vertex_as_generate(body: dict) -> Optional[dict]:
     clash = sorted(({*inputs, "image_data"}) & parameters.keys())
     if clash:  # SGLang passed both as keyword arguments: a TypeError, a 500
         raise BadRequest(f"parameters.{clash[0]} is given by the instances")
+    unknown = sorted(parameters.keys() - _generate_fields())
+    if unknown:  # the same TypeError
+        raise BadRequest(f"parameters has an unknown field {unknown[0]!r:.80} (not a field of a /generate request)")
     return {**inputs, **parameters}
+
+
+def _generate_fields() -> frozenset:
+    from sglang.srt.managers.io_struct import GenerateReqInput  # loaded in the HTTP process already
+
+    return frozenset(f.name for f in dataclasses.fields(GenerateReqInput))
 
 
 def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) -> None:
@@ -484,7 +512,8 @@ def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) 
         if generate is not None:
             check_request(generate, "/generate", limits)
         return
-    check_salt(body.get("cache_salt"))
+    check_cache_key(body.get("cache_salt"), "cache_salt")
+    check_cache_key(body.get("extra_key"), "extra_key")
     check_session_params(body.get("session_params"))
     if route == "/generate":
         check_generate(body, limits)
@@ -492,6 +521,7 @@ def check_request(body: dict, route: str, limits: Optional[ModelLimits] = None) 
         check_openai_fields(body, route, limits)
     if route == "/v1/completions":
         check_token_ids(body.get("prompt"), "prompt", limits and limits.vocab_size)
+        check_texts(body.get("prompt"), "prompt")
     check_text_length(body, route, limits)
     check_fanout(body, route)
     check_openai_body(body, route)

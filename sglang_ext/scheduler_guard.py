@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_ext.request_checks import outside_vocabulary
+from sglang_ext.request_checks import MAX_NAME_LEN, REPLACE_WITHOUT_RID, outside_vocabulary
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object"
 VALIDATE_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request"
+BATCH_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._should_use_batch_tokenization"
 
 
 class RefusedRequest(ValueError):
@@ -41,6 +42,13 @@ def check_tokenized(obj: Any, vocab_size: int) -> None:
     bad = outside_vocabulary(ids, vocab_size)
     if bad is not None:
         raise RefusedRequest(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+    session = getattr(obj, "session_params", None)
+    if getattr(session, "replace", None) and getattr(session, "rid", None) is None:
+        raise RefusedRequest(REPLACE_WITHOUT_RID)
+    for name in ("cache_salt", "extra_key"):  # held with every entry they key
+        value = getattr(obj, name, None)
+        if value is not None and len(value) > MAX_NAME_LEN:
+            raise RefusedRequest(f"{name} must be at most {MAX_NAME_LEN} characters, got {len(value)}")
     sp = getattr(obj, "sampling_params", None)
     if sp is None or not hasattr(obj, "top_logprobs_num"):
         return  # not a generation: an embedding has no sampling or logprobs to judge
@@ -90,3 +98,22 @@ def guard(original, manager, *args, **kwargs):
     except TypeError as e:  # a value SGLang let through untyped (an Ollama option, say): not comparable
         raise RefusedRequest(f"a sampling field has the wrong type ({e})") from None
     return obj
+
+
+def batches_checked_whole(original, manager, batch_size, requests):
+    """AROUND hook on BATCH_TARGET: a batch of text prompts takes SGLang's batch-tokenizing path, which checks
+    every prompt before it sends any. SGLang's default for text tokenizes, checks and sends one prompt at a time, so
+    a batch refused at its second prompt (too long, empty, a `top_k` of 0) had its first computed and cached all the
+    same, behind the client's 400. Pre-tokenized batches take that path already; prompts with images, audio or
+    video, or embeddings, keep SGLang's default (its batch path refuses them), as do a multimodal model's (its
+    processor may rewrite any prompt) and DP attention."""
+    if original(manager, batch_size, requests):
+        return True
+    if batch_size <= 0 or manager.server_args.enable_dp_attention or getattr(manager, "mm_processor", None):
+        return False
+    return all(_plain_text(requests[i]) for i in range(batch_size))
+
+
+def _plain_text(request) -> bool:
+    return (isinstance(request.text, str) and request.input_ids is None
+            and getattr(request, "input_embeds", None) is None and not request.contains_mm_input())

@@ -240,15 +240,48 @@ ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0}
     # answered with a count, after holding every other request while it was tokenized
     ("/v1/messages/count_tokens", {"model": "default", "messages": [{"role": "user", "content": "x" * (8192 * 32)}]}),
     ("/parse_function_call", {"text": "hi", "tool_call_parser": "no-such-parser", "tools": []}),
+    # an audit (2026-12-07): a 500 for any field GenerateReqInput lacks; an 8 MB extra_key was kept with each entry
+    # it keyed
+    ("/vertex_generate", {"instances": [{"text": "hi"}], "parameters": {"foo": 1}}),
+    ("/generate", {"text": "hi", "sampling_params": ONE_TOKEN, "extra_key": "k" * 300}),
 ])
 def test_what_stopped_the_scheduler_is_a_clear_400_that_changes_nothing(fuzzed, route, body):
-    before = settled_stats(fuzzed)
-    status, answer = fuzzed.post_status(route, body, timeout=ANSWER_DEADLINE_S)
+    assert_a_clear_400_that_changes_nothing(fuzzed, route, body)
+
+
+def assert_a_clear_400_that_changes_nothing(server, route, body) -> None:
+    """`body` is a 400 with a message, `/tiers/stats` is as it was, and the server still serves."""
+    before = settled_stats(server)
+    status, answer = server.post_status(route, body, timeout=ANSWER_DEADLINE_S)
     assert status == 400 and message_of(answer), f"{status}: {answer}"
-    assert stats_now(fuzzed) == before
-    alive, _ = fuzzed.post_status("/generate", {"text": "still there", "sampling_params": ONE_TOKEN},
+    assert stats_now(server) == before
+    alive, _ = server.post_status("/generate", {"text": "still there", "sampling_params": ONE_TOKEN},
                                   timeout=ANSWER_DEADLINE_S)
     assert alive == 200
+
+
+@pytest.mark.parametrize("case, route, second", [  # what refuses the batch's second prompt
+    (0, "/generate", {"text": "a " * 9000}),  # longer than the context
+    (1, "/generate", {"text": ""}),
+    (2, "/generate", {"text": "b", "sampling_params": {"max_new_tokens": 1, "top_k": 0}}),  # not greedy
+    (3, "/v1/completions", {"text": "a " * 9000}),
+])
+def test_a_batch_refused_at_its_second_prompt_computes_none_of_it(fuzzed, case, route, second):
+    """SGLang sends a text batch's prompts one at a time, each checked just before it is sent: a batch refused at
+    its second prompt had its first computed and cached behind the 400 (an audit, 2026-12-07)."""
+    first = f"zq{case} a first prompt that only this batch sends, long enough to tell a hit"
+    if route == "/generate":
+        body = {"text": [first, second["text"]],
+                "sampling_params": [ONE_TOKEN, second.get("sampling_params", ONE_TOKEN)]}
+    else:
+        body = {"model": "default", "prompt": [first, second["text"]], "max_tokens": 1}
+    # its last request is served in order after the batch: a first prompt that had been sent is computed by then
+    assert_a_clear_400_that_changes_nothing(fuzzed, route, body)
+    settled_stats(fuzzed)
+    status, again = fuzzed.post_status("/generate", {"text": first, "sampling_params": ONE_TOKEN},
+                                       timeout=ANSWER_DEADLINE_S)
+    assert status == 200
+    assert again["meta_info"]["cached_tokens"] < again["meta_info"]["prompt_tokens"] // 2, again["meta_info"]
 
 
 @pytest.mark.parametrize("items", [[], [{"type": "reasoning", "id": "r", "summary": []}]])
@@ -413,3 +446,25 @@ def test_a_repetition_penalty_is_served_on_cpu(fuzzed):
         status, answer = fuzzed.post_status("/generate", {"input_ids": [5, 6, 5, 6], "sampling_params": dict(
             ONE_TOKEN, max_new_tokens=4, repetition_penalty=penalty)}, timeout=ANSWER_DEADLINE_S)
         assert status == 200 and len(answer["output_ids"]) == 4, answer
+
+
+def test_a_session_replaced_without_a_rid_is_a_400_and_the_session_goes_on(fuzzed):
+    """SGLang 0.5.20 clears a whole session (`replace` without a `rid`) by deleting from the dict it iterates: on a
+    session holding a request the scheduler raised and the server stopped (an audit, 2026-12-07)."""
+    status, sid = fuzzed.post_status("/open_session", {"capacity_of_str_len": 1000, "session_id": "fuzz-replace"})
+    assert (status, sid) == (200, "fuzz-replace")
+    turn = {"text": "turn one", "sampling_params": ONE_TOKEN, "session_params": {"id": sid}}
+    status, first = fuzzed.post_status("/generate", turn, timeout=ANSWER_DEADLINE_S)
+    assert status == 200, first
+    before = settled_stats(fuzzed)
+    status, answer = fuzzed.post_status("/generate", dict(turn, text="x", session_params={"id": sid, "replace": True}),
+                                        timeout=ANSWER_DEADLINE_S)
+    assert status == 400 and "rid" in message_of(answer), answer
+    assert stats_now(fuzzed) == before
+    status, answer = fuzzed.post_status("/generate", dict(turn, text=" turn two", session_params={
+        "id": sid, "rid": first["meta_info"]["id"], "replace": True}), timeout=ANSWER_DEADLINE_S)
+    assert status == 200, answer
+    close = urllib.request.Request(fuzzed.url + "/close_session", data=json.dumps({"session_id": sid}).encode(),
+                                   headers={"content-type": "application/json"})
+    with urllib.request.urlopen(close, timeout=ANSWER_DEADLINE_S) as r:  # 200 with an empty body
+        assert r.status == 200

@@ -6,6 +6,8 @@
   namespace, and the checksum binds key and bytes, so a checksum made for one key does not store under another.
 - `/tiers/stats` shows tenants only as digests of their salt, only with `--tier-stats-tenants`, and with an admin
   key set only to the operator; metrics carry no tenant.
+- An SGLang session belongs to the tenant of its first request: another salt naming it (and its request ids) is
+  told it does not exist, and nothing of it is computed or cached.
 - A server restarted on weights rewritten in place (same path, same served name, same peer) gets no storage
   hits for the old weights' prompts, where a restart on unchanged weights does.
 """
@@ -15,6 +17,7 @@ import random
 import shutil
 import socket
 import time
+import urllib.request
 
 import pytest
 
@@ -22,7 +25,7 @@ from tiers.peer.protocol import PROTOCOL_VERSION, page_checksum, scoped_key
 from sglang_ext.serving_cache import tenant_label
 from benchmarks.servers import peer_stats, wait_for_peer_pages
 from tests.reliability.conftest import server_args
-from tests.support import start_server
+from tests.support import settled_stats, start_server, stats_now
 from transfer.control import recv_message, send_message
 
 pytestmark = pytest.mark.server
@@ -71,6 +74,34 @@ def _call(sock, body: dict) -> dict:
     deadline = time.monotonic() + 10
     send_message(sock, body, deadline)
     return recv_message(sock, deadline)[0]
+
+
+def test_a_tenant_cannot_continue_another_tenants_session(server_a):
+    """SGLang keys sessions by id alone: a request naming tenant A's session and its request id under salt B had
+    its prompt built of A's turns, then cached under B (an audit, 2026-12-07)."""
+    status, sid = server_a.post_status("/open_session", {"capacity_of_str_len": 10_000, "session_id": "iso-a"})
+    assert (status, sid) == (200, "iso-a")
+    private = "tenant a's private turn: " + words(41, 60)
+    one_token = {"max_new_tokens": 1, "temperature": 0}
+    status, first = server_a.post_status("/generate", {"text": private, "sampling_params": one_token,
+                                                       "cache_salt": "tenant-a", "session_params": {"id": sid}})
+    assert status == 200, first
+    rid = first["meta_info"]["id"]
+    before = settled_stats(server_a)
+    for params in ({"id": sid, "rid": rid}, {"id": sid}, {"id": sid, "rid": rid, "replace": True}):
+        status, answer = server_a.post_status("/generate", {"text": " next", "sampling_params": one_token,
+                                                            "cache_salt": "tenant-b", "session_params": params})
+        assert status == 400 and "does not exist" in json.dumps(answer), answer
+    assert stats_now(server_a) == before
+    assert ask(server_a, private, "tenant-b")["cached"] == 0  # none of A's turn reached B's keys
+    status, answer = server_a.post_status("/generate", {"text": " next", "sampling_params": one_token,
+                                                        "cache_salt": "tenant-a",
+                                                        "session_params": {"id": sid, "rid": rid}})
+    assert status == 200 and answer["meta_info"]["cached_tokens"] > 0, answer  # A goes on, from its cache
+    close = urllib.request.Request(server_a.url + "/close_session", data=json.dumps({"session_id": sid}).encode(),
+                                   headers={"content-type": "application/json"})
+    with urllib.request.urlopen(close, timeout=60) as r:  # 200 with an empty body
+        assert r.status == 200
 
 
 def test_a_client_cannot_plant_a_page_under_another_namespace(peer_factory):

@@ -300,6 +300,16 @@ LIMITS = ModelLimits(vocab_size=100, hidden_size=4)
     ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"http_worker_ipc": "ipc:///tmp/elsewhere"}}),
     ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"sampling_params": {"is_normalized": True}}}),
     ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"text": "y"}}),
+    # an audit (2026-12-07): a 500 for any field GenerateReqInput lacks; a session cleared by `replace` without a
+    # rid stopped the scheduler; an 8 MB `extra_key` was held with each entry it keyed; an empty prompt in a batch
+    ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"foo": 1}}),
+    ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"cache_control": {"type": "ephemeral"}}}),
+    ("/generate", {"text": "x", "session_params": {"id": "s", "replace": True}}),
+    ("/v1/chat/completions", {"model": "m", "messages": [], "session_params": {"id": "s", "replace": True}}),
+    ("/generate", {"text": "x", "extra_key": "k" * 257}), ("/generate", {"text": "x", "extra_key": ""}),
+    ("/generate", {"text": ["x", "y"], "extra_key": ["k", "k" * 257]}),
+    ("/v1/completions", {"model": "m", "prompt": "x", "extra_key": "k" * 257}),
+    ("/generate", {"text": ["x", ""]}), ("/v1/completions", {"model": "m", "prompt": ["x", ""]}),
     # SGLang's other routes, swept field by field (2026-12-06): each was a 500
     ("/api/generate", {"model": "m", "prompt": "x", "options": {"seed": 7}}),  # a field SamplingParams lacks
     ("/api/generate", {"model": "m", "prompt": "x", "options": {"stop": [[]]}}),
@@ -368,6 +378,9 @@ def test_deeply_nested_ids_are_answered_not_raised():
     ("/vertex_generate", {"instances": [{"input_ids": [5, 99]}, {"input_ids": [1]}],
                           "parameters": {"sampling_params": {"max_new_tokens": 1}}}),
     ("/vertex_generate", {"instances": []}), ("/vertex_generate", {"instances": "x"}),
+    ("/vertex_generate", {"instances": [{"text": "x"}], "parameters": {"cache_salt": "t", "priority": 1}}),
+    ("/generate", {"text": "x", "session_params": {"id": "s", "rid": "r", "replace": True}}),
+    ("/generate", {"text": ["x", "y"], "extra_key": ["k" * 256, "k"]}),
     ("/api/generate", {"model": "m", "prompt": "x", "options": {"num_predict": 5, "top_k": 3, "stop": ["a"],
                                                                 "temperature": 0.5, "num_ctx": 99, "mirostat": 1}}),
     ("/api/generate", {"model": "m", "prompt": "x", "options": {"seed": None}}), ("/api/chat", {"options": "x"}),

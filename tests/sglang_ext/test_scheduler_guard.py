@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from sglang.srt.sampling.sampling_params import SamplingParams
-from sglang_ext.scheduler_guard import RefusedRequest, check_tokenized, guard, refuse_what_sglang_refuses
+from sglang_ext.scheduler_guard import (
+    RefusedRequest, batches_checked_whole, check_tokenized, guard, refuse_what_sglang_refuses)
 
 VOCAB = 100
 
@@ -95,3 +96,47 @@ def test_what_sglangs_own_checks_raise_is_a_refusal(raised):
         with pytest.raises(RefusedRequest, match=str(raised).split()[0]):
             hook(sglang, manager, "obj")
     assert refuse_what_sglang_refuses(lambda m, *a: ("ran", a), manager, "obj") == ("ran", ("obj",))
+
+
+def test_a_session_replace_without_a_rid_is_refused_and_with_one_passes():
+    """SGLang 0.5.20 clears a whole session by deleting from the dict it iterates: the scheduler raised and stopped."""
+    from sglang.srt.managers.io_struct import SessionParams
+
+    obj = tokenized()
+    obj.session_params = SessionParams(id="s", replace=True)
+    with pytest.raises(RefusedRequest, match="rid"):
+        check_tokenized(obj, VOCAB)
+    obj.session_params = SessionParams(id="s", rid="r1", replace=True)
+    check_tokenized(obj, VOCAB)
+
+
+@pytest.mark.parametrize("name", ["cache_salt", "extra_key"])
+def test_a_cache_key_longer_than_a_name_is_refused(name):
+    """Both are kept with every entry they key; an 8 MB one was held per 2-token entry (eviction counts tokens)."""
+    obj = tokenized()
+    setattr(obj, name, "k" * 256)
+    check_tokenized(obj, VOCAB)
+    setattr(obj, name, "k" * 257)
+    with pytest.raises(RefusedRequest, match=name):
+        check_tokenized(obj, VOCAB)
+
+
+def prompt(text="hi", input_ids=None, input_embeds=None, mm=False):
+    return SimpleNamespace(text=text, input_ids=input_ids, input_embeds=input_embeds, contains_mm_input=lambda: mm)
+
+
+@pytest.mark.parametrize("batch, dp_attention, mm_processor, whole", [
+    ([prompt(), prompt("there")], False, None, True),
+    ([prompt(), prompt(mm=True)], False, None, False),  # SGLang's batch path refuses images
+    ([prompt(), prompt(text=None, input_ids=[1])], False, None, False),
+    ([prompt(), prompt(text=["a", "b"])], False, None, False),  # a cross-encoder pair
+    ([prompt(), prompt()], True, None, False),
+    ([prompt(), prompt()], False, object(), False),
+])
+def test_a_text_batch_is_tokenized_and_checked_whole_before_any_of_it_is_sent(batch, dp_attention, mm_processor,
+                                                                               whole):
+    """SGLang's default sends a text batch's prompts one at a time, each checked just before it is sent, so a batch
+    refused at its second prompt had its first computed and cached; its batch path checks all first."""
+    manager = SimpleNamespace(server_args=SimpleNamespace(enable_dp_attention=dp_attention), mm_processor=mm_processor)
+    assert batches_checked_whole(lambda *_: False, manager, len(batch), batch) is whole
+    assert batches_checked_whole(lambda *_: True, manager, len(batch), batch) is True
