@@ -17,7 +17,7 @@ name), `/v1/completions` and Anthropic's `/v1/messages` before SGLang does and
   `/v1/messages` from a fixed list of its fields, so there the TTL travels in the request's `metadata` and an AFTER
   hook on that conversion (`carry_ttl_to_chat`) puts it into the chat request's `custom_params`;
 - gives requests of an SGLang session (`session_params`) the server's `--tier-session-ttl` when they carry no
-  `cache_control` of their own, and refuses one that names a session another tenant owns (session_owners).
+  `cache_control` of their own; and tells session_owners which sessions opened and closed.
 The internal TTL key is ours alone: on every route, any copy of it a client put anywhere in its JSON body
 (top level, `sampling_params.custom_params`, an OpenAI `extra_body`, any depth) is removed before the middleware
 sets its own, so a client can reach the scheduler's retention only through a validated `cache_control`. A body
@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional, Tuple
 from sglang_ext import other_route_checks
 from sglang_ext.other_route_checks import check_headers
 from sglang_ext.request_checks import CHECKED_ROUTES, BadRequest, ModelLimits, check_request
-from sglang_ext.session_owners import SessionOwners
+from sglang_ext.session_owners import OWNERS
 
 TTL_PARAM = "sglang_ext_ttl_s"
 CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top",
@@ -154,10 +154,10 @@ async def answer(send: Callable, status: int, body: bytes) -> None:
 
 
 def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
-            limits: Optional[ModelLimits] = None, sessions: Optional[SessionOwners] = None) -> Tuple[int, bytes]:
+            limits: Optional[ModelLimits] = None) -> Tuple[int, bytes]:
     """(status, body): 200 and the body to forward, or 400 and an error body. `route` outside CARRIED_ROUTES:
     only client-supplied internal keys are removed (and a body of CHECKED_ROUTES or other_route_checks.ROUTES is
-    checked). A request naming a session another tenant owns (`sessions`) is refused."""
+    checked)."""
     route = ROUTE_ALIASES.get(route, route)
     carried = route in CARRIED_ROUTES
     other = route in other_route_checks.ROUTES
@@ -173,8 +173,6 @@ def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
             (other_route_checks.check_route if other else check_request)(body, route, limits)
         if not (carried and isinstance(body, dict)):
             return 200, json.dumps(body).encode() if stripped else raw
-        if sessions is not None:
-            sessions.admit(body)
         ttl = request_ttl(body, session_ttl_s)
     except BadRequest as e:
         return bad_request(str(e))
@@ -193,7 +191,6 @@ class CacheControlMiddleware:
         self.app = app
         self._config = None
         self._limits: Optional[ModelLimits] = None
-        self.sessions = SessionOwners()
 
     @property
     def config(self):
@@ -235,11 +232,10 @@ class CacheControlMiddleware:
             check_headers(scope.get("headers", []))
         except BadRequest as e:
             return await answer(send, *bad_request(str(e)))
-        status, body = rewrite(scope["path"], b"".join(chunks), self.config.session_ttl_s, self.limits,
-                               self.sessions)
+        status, body = rewrite(scope["path"], b"".join(chunks), self.config.session_ttl_s, self.limits)
         if status != 200:
             return await answer(send, status, body)
-        send = self.sessions.watch(scope["path"], body, send)
+        send = OWNERS.watch(scope["path"], body, send)
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
         scope = {**scope, "headers": headers + [(b"content-length", str(len(body)).encode())]}
         sent = False

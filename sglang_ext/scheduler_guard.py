@@ -13,7 +13,10 @@ AROUND hook there checks the object it built and raises RefusedRequest, a ValueE
 with a 400 as they answer SGLang's own checks there (request_api maps it to a 400 on Ollama's routes too, which
 answer any ValueError with a 500). Nothing has reached the scheduler or the cache yet.
 
-Threading: runs in the HTTP process's event loop, like the method it wraps; it keeps no state.
+The same hook refuses a request that names a session another tenant owns (session_owners): every route's request
+that carries `session_params` passes here.
+
+Threading: runs in the HTTP process's event loop, like the method it wraps; its only state is session_owners'.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from sglang_ext.request_checks import MAX_NAME_LEN, REPLACE_WITHOUT_RID, outside_vocabulary
+from sglang_ext.session_owners import OWNERS
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -36,13 +40,12 @@ class RefusedRequest(ValueError):
 def check_tokenized(obj: Any, vocab_size: int) -> None:
     """Raise RefusedRequest (a 400 on every route) if the tokenized request `obj` holds a value that would stop the
     scheduler: its prompt for any request (an embedding's too), its sampling and logprob fields for a generation."""
-    ids = getattr(obj, "input_ids", None)
-    if ids is not None and len(ids) == 0 and getattr(obj, "session_params", None) is None:
+    ids, session = getattr(obj, "input_ids", None), getattr(obj, "session_params", None)
+    if ids is not None and len(ids) == 0 and session is None:
         raise RefusedRequest("a prompt needs at least one token")  # the model's forward raises on none
     bad = outside_vocabulary(ids, vocab_size)
     if bad is not None:
         raise RefusedRequest(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
-    session = getattr(obj, "session_params", None)
     if getattr(session, "replace", None) and getattr(session, "rid", None) is None:
         raise RefusedRequest(REPLACE_WITHOUT_RID)
     for name in ("cache_salt", "extra_key"):  # held with every entry they key
@@ -68,6 +71,11 @@ def check_tokenized(obj: Any, vocab_size: int) -> None:
                                  f"got {obj.top_logprobs_num}")
         if obj.logprob_start_len < -1:
             raise RefusedRequest(f"logprob_start_len must be -1 or more, got {obj.logprob_start_len}")
+        if ids is not None and session is None and obj.logprob_start_len > len(ids):
+            # SGLang's scheduler refuses it too, but a batch's earlier prompts were cached by then (a session's
+            # prompt is only known there, with its history)
+            raise RefusedRequest(f"logprob_start_len {obj.logprob_start_len} is more than the prompt's "
+                                 f"{len(ids)} tokens")
 
 
 def refuse_what_sglang_refuses(original, manager, *args, **kwargs):
@@ -97,6 +105,10 @@ def guard(original, manager, *args, **kwargs):
         check_tokenized(obj, int(manager.model_config.vocab_size))
     except TypeError as e:  # a value SGLang let through untyped (an Ollama option, say): not comparable
         raise RefusedRequest(f"a sampling field has the wrong type ({e})") from None
+    session = getattr(obj, "session_params", None)
+    refusal = OWNERS.admit(getattr(session, "id", None), getattr(obj, "cache_salt", None))
+    if refusal is not None:
+        raise RefusedRequest(refusal)
     return obj
 
 

@@ -2,43 +2,36 @@
 
 SGLang 0.5.20's sessions are keyed by their id alone: a request naming another tenant's session id (and one of its
 request ids) continued that session, its prompt built of the other tenant's turns, and the tokens then cached under
-its own salt (an audit, 2026-12-07). The HTTP middleware keeps, for each session it saw open successfully, the salt
-of the session's first request (None: no salt); a later request naming the session with another salt is answered
-as a session that does not exist, with SGLang's own words for that, so the answer does not tell that it does.
+its own salt (two audits, 2026-12-07: on /generate, then on /vertex_generate once /generate was closed). So the
+HTTP process keeps, for each session it saw opened successfully, the salt of the session's first request (None: no
+salt), and a later request naming the session with another salt is refused as a session that does not exist, with
+SGLang's own words for that, so the answer does not tell that it does.
 
-Binding at the first request, not at the open: SGLang's /open_session has no `cache_salt`, and a gateway that adds
-the tenant's salt to generation requests need not know that route. A session id the middleware never saw opened
+Where: the check runs in scheduler_guard's hook on the tokenized request, where every route's request meets once
+SGLang has built and checked it (a route that carries `session_params` any other way is covered as well; SGLang's
+OpenAI routes drop the field, so they neither bind nor are refused); the middleware reports successful opens and
+closes (`watch`). Binding at the first request, not at the open: SGLang's /open_session has no `cache_salt`, and a
+gateway that adds the tenant's salt to generation requests need not know that route. A session id never seen opened
 (one opened before a restart, or one that does not exist) is not bound: SGLang answers for it as it always has. A
-successful open of an id (again, after a close or a timeout) makes it unbound. Closing is left to SGLang (it
-carries no salt): a tenant that knows another's session id can close it, which loses that session, never shows it.
+successful open of an id (again, after a close or a timeout) makes it unbound. Left as they are: closing needs only
+the id, as in SGLang (a tenant that knows another's session id can end it, not read it); a first request that
+SGLang's scheduler then refuses (a grammar that does not compile) still binds the session to its salt.
 
-At most `capacity` sessions are remembered (the oldest opened are forgotten first: a session SGLang timed out
-is never closed here); the launcher caps open sessions well below it (`--tier-max-open-sessions`).
+At most `capacity` sessions are remembered (the oldest opened are forgotten first, and left to SGLang: a session
+SGLang timed out is never closed here); the launcher's default cap on open sessions (`--tier-max-open-sessions`,
+4,096) is well below it.
 
-Threading: one instance per HTTP process, used from its event loop only.
+Threading: one instance per HTTP process (`OWNERS`), used from its event loop only.
 """
 
 from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Any, Callable, Hashable, Optional
-
-from sglang_ext.request_checks import BadRequest
+from typing import Any, Callable, Optional
 
 UNBOUND = object()
 DEFAULT_CAPACITY = 65536
-
-
-def tenant_of(salt: Any) -> Hashable:
-    """A request's tenant: its `cache_salt` (a batch's list of them as a tuple), None for none."""
-    return tuple(salt) if isinstance(salt, list) else salt
-
-
-def session_id_of(body: dict) -> Optional[str]:
-    params = body.get("session_params")
-    session_id = params.get("id") if isinstance(params, dict) else None
-    return session_id if isinstance(session_id, str) else None
 
 
 class SessionOwners:
@@ -56,16 +49,16 @@ class SessionOwners:
     def closed(self, session_id: str) -> None:
         self._owners.pop(session_id, None)
 
-    def admit(self, body: dict) -> None:
-        """Bind the session a request names to its salt, or raise BadRequest if another salt owns it."""
-        session_id = session_id_of(body)
+    def admit(self, session_id: Optional[str], salt: Optional[str]) -> Optional[str]:
+        """Bind the session a request names to its salt; the refusal to answer with if another salt owns it."""
         if session_id is None or session_id not in self._owners:
-            return
-        owner, tenant = self._owners[session_id], tenant_of(body.get("cache_salt"))
+            return None
+        owner = self._owners[session_id]
         if owner is UNBOUND:
-            self._owners[session_id] = tenant
-        elif owner != tenant:
-            raise BadRequest(f"Invalid request: session id {session_id} does not exist")
+            self._owners[session_id] = salt
+        elif owner != salt:
+            return f"Invalid request: session id {session_id} does not exist"
+        return None
 
     def watch(self, route: str, request_body: bytes, send: Callable) -> Callable:
         """`send` of an ASGI app answering `route`; a successful /open_session or /close_session is noted."""
@@ -94,3 +87,6 @@ class SessionOwners:
             session_id = session_id.get("session_id") if isinstance(session_id, dict) else None
         if isinstance(session_id, str):
             (self.opened if route == "/open_session" else self.closed)(session_id)
+
+
+OWNERS = SessionOwners()

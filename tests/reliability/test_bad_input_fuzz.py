@@ -265,6 +265,7 @@ def assert_a_clear_400_that_changes_nothing(server, route, body) -> None:
     (1, "/generate", {"text": ""}),
     (2, "/generate", {"text": "b", "sampling_params": {"max_new_tokens": 1, "top_k": 0}}),  # not greedy
     (3, "/v1/completions", {"text": "a " * 9000}),
+    (4, "/generate", {"text": "b", "fields": {"return_logprob": [True, True], "logprob_start_len": [0, 1000]}}),
 ])
 def test_a_batch_refused_at_its_second_prompt_computes_none_of_it(fuzzed, case, route, second):
     """SGLang sends a text batch's prompts one at a time, each checked just before it is sent: a batch refused at
@@ -272,7 +273,7 @@ def test_a_batch_refused_at_its_second_prompt_computes_none_of_it(fuzzed, case, 
     first = f"zq{case} a first prompt that only this batch sends, long enough to tell a hit"
     if route == "/generate":
         body = {"text": [first, second["text"]],
-                "sampling_params": [ONE_TOKEN, second.get("sampling_params", ONE_TOKEN)]}
+                "sampling_params": [ONE_TOKEN, second.get("sampling_params", ONE_TOKEN)], **second.get("fields", {})}
     else:
         body = {"model": "default", "prompt": [first, second["text"]], "max_tokens": 1}
     # its last request is served in order after the batch: a first prompt that had been sent is computed by then

@@ -92,6 +92,11 @@ def test_a_tenant_cannot_continue_another_tenants_session(server_a):
         status, answer = server_a.post_status("/generate", {"text": " next", "sampling_params": one_token,
                                                             "cache_salt": "tenant-b", "session_params": params})
         assert status == 400 and "does not exist" in json.dumps(answer), answer
+    for salt in ("tenant-b", None):  # the same through Vertex AI's route, which builds a /generate of its own
+        parameters = {"session_params": {"id": sid, "rid": rid}, "sampling_params": one_token}
+        status, answer = server_a.post_status("/vertex_generate", {"instances": [{"text": " next"}], "parameters": (
+            dict(parameters, cache_salt=salt) if salt else parameters)})
+        assert status == 400 and "does not exist" in json.dumps(answer), answer
     assert stats_now(server_a) == before
     assert ask(server_a, private, "tenant-b")["cached"] == 0  # none of A's turn reached B's keys
     status, answer = server_a.post_status("/generate", {"text": " next", "sampling_params": one_token,

@@ -32,6 +32,7 @@ def tokenized(ids=(1, 2, 3), return_logprob=False, top_logprobs_num=0, logprob_s
     tokenized(sampling_seed=2**63),
     tokenized(return_logprob=True, top_logprobs_num=VOCAB + 1),
     tokenized(return_logprob=True, logprob_start_len=-2),
+    tokenized(return_logprob=True, logprob_start_len=4),  # past the prompt: the scheduler's refusal, too late
     tokenized(ids=()),  # /v1/score with an empty query and item: the model's forward raised on no tokens
 ])
 def test_what_the_scheduler_would_stop_on_is_refused(obj):
@@ -43,6 +44,7 @@ def test_what_the_scheduler_would_stop_on_is_refused(obj):
     tokenized(), tokenized(ids=(0, VOCAB - 1)), tokenized(top_k=-1), tokenized(top_k=2**31 - 1),
     tokenized(max_new_tokens=None), tokenized(stop_token_ids=[0, VOCAB - 1], min_new_tokens=1),
     tokenized(sampling_seed=2**63 - 1), tokenized(return_logprob=True, top_logprobs_num=VOCAB, logprob_start_len=0),
+    tokenized(return_logprob=True, logprob_start_len=3),
     tokenized(return_logprob=False, top_logprobs_num=10**9),  # no logprobs asked for: the number is never used
     SimpleNamespace(input_ids=None, sampling_params=None),  # embeddings given as vectors: no ids to judge
 ])
@@ -140,3 +142,24 @@ def test_a_text_batch_is_tokenized_and_checked_whole_before_any_of_it_is_sent(ba
     manager = SimpleNamespace(server_args=SimpleNamespace(enable_dp_attention=dp_attention), mm_processor=mm_processor)
     assert batches_checked_whole(lambda *_: False, manager, len(batch), batch) is whole
     assert batches_checked_whole(lambda *_: True, manager, len(batch), batch) is True
+
+
+def test_the_hook_refuses_a_session_another_salt_owns_whatever_route_built_the_request():
+    """The check of session_owners sits where every route's request meets: /vertex_generate reached another
+    tenant's session past a check on /generate's body alone (an audit, 2026-12-07)."""
+    from sglang.srt.managers.io_struct import SessionParams
+    from sglang_ext.session_owners import OWNERS
+
+    manager = SimpleNamespace(model_config=SimpleNamespace(vocab_size=VOCAB))
+    OWNERS.opened("guard-session")
+
+    def in_session(salt):
+        obj = tokenized()
+        obj.session_params, obj.cache_salt = SessionParams(id="guard-session"), salt
+        return obj
+
+    first = in_session("tenant-a")
+    assert guard(lambda m, *a, **k: first, manager, "obj") is first
+    with pytest.raises(RefusedRequest, match="does not exist"):
+        guard(lambda m, *a, **k: in_session("tenant-b"), manager, "obj")
+    OWNERS.closed("guard-session")
