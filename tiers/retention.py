@@ -18,8 +18,10 @@ Expiry uses a heap with lazy deletion (a refresh pushes a new deadline; stale he
 nothing scans all entries. Refreshes would grow that heap with the traffic for a whole TTL (up to a day), so
 it is rebuilt from the live deadlines whenever it holds more than twice as many items as there are
 retentions (plus a small slack): amortized O(1) per refresh, memory in proportion to what is retained.
-The tier asks `is_retained(entry)` when it evicts: a retained victim should be DEMOTED to the host tier rather
-than dropped.
+When the pool needs more than the unretained entries give, RetainingPolicy takes retained ones of the tenant
+holding the most first (the budget's rule again), then anyone's, each in the inner order. A tree split of a retained
+entry keeps the retention on both parts (`split`). The tier asks `is_retained(entry)` when it evicts: a retained
+victim should be DEMOTED to the host tier rather than dropped.
 
 Not thread-safe: called under the tier's lock, like the policy.
 """
@@ -156,6 +158,32 @@ class Retention:
             self._by_size = [(-n, next(self._size_seq), t) for t, n in self._tenant_size.items()]
             heapq.heapify(self._by_size)
 
+    def size_of(self, entry: Hashable) -> int:
+        return self._size.get(entry, 0)
+
+    def tenant_of(self, entry: Hashable) -> Hashable:
+        return self._tenant.get(entry)
+
+    def largest_tenant(self) -> Hashable:
+        """The tenant holding the most retained size (None if nothing is retained)."""
+        return self._largest_tenant() if self._expiry else None
+
+    def split(self, entry: Hashable, front: Hashable, front_size: int) -> None:
+        """A tree split retained `entry`: its first `front_size` units are now `front` (a new entry, the tree's
+        parent of `entry`), retained as `entry` is, for the same tenant, TTL and deadline; the caller resizes
+        `entry` next, so the retained size is unchanged. A hit that ends inside a retained entry splits it: the
+        front kept no retention, and the budget counted only the tail (a split could move a prefix out of it)."""
+        if entry not in self._expiry or front in self._expiry:
+            return
+        tenant = self._tenant[entry]
+        self._tenant[front], self._ttl[front], self._size[front] = tenant, self._ttl[entry], front_size
+        self._add_size(front, front_size)
+        self._expiry[front] = self._expiry[entry]
+        self._age[tenant][front] = None
+        heapq.heappush(self._heap, (self._expiry[front], next(self._seq), front))
+        for started, _ in self._watchers:
+            started(front)
+
     def _largest_tenant(self) -> Hashable:
         """The tenant holding the most retained size (ties: the one whose size was set first)."""
         heap, sizes = self._by_size, self._tenant_size
@@ -271,6 +299,8 @@ class RetainingPolicy(Policy):
         self.inner.on_remove(entry)
 
     def on_resize(self, entry, new_size, new_parent, new_key=None) -> None:
+        if new_parent is not None:  # the split's front part keeps the retention too (the caller inserted it)
+            self.retention.split(entry, new_parent, self.retention.size_of(entry) - new_size)
         self.retention.resize(entry, new_size)
         self.inner.on_resize(entry, new_size, new_parent, new_key)
 
@@ -286,16 +316,22 @@ class RetainingPolicy(Policy):
         freed = sum(self._size_of(e) for e in first)
         if freed >= size:
             return first
-        # not enough without retained entries: continue in the inner order, retained ones now allowed
-        # (the concatenation stays removable: every later entry's children are earlier in one list or other)
+        # not enough without retained entries: continue in the inner order, the retentions of the tenant holding
+        # the most first (as over the budget: one tenant's flood gives up its own before another's), then anyone's
+        # (the concatenation stays removable: every later entry's children are earlier in one list or other, and
+        # no entry has a parent in another tenant's namespace)
         seen = set(first)
         out = list(first)
-        for e in self.inner.victims(size, protected):
-            if freed >= size:
-                break
-            if e not in seen:
-                out.append(e)
-                freed += self._size_of(e)
+        retention = self.retention
+        largest = retention.largest_tenant()
+        for allowed in (lambda e: not retention.is_retained(e) or retention.tenant_of(e) == largest, lambda e: True):
+            for e in self.inner.victims(size, lambda e: protected(e) or not allowed(e)):
+                if freed >= size:
+                    return out
+                if e not in seen:
+                    seen.add(e)
+                    out.append(e)
+                    freed += self._size_of(e)
         return out
 
     def _size_of(self, e) -> int:

@@ -180,6 +180,46 @@ def test_retained_entries_are_evicted_last(name):
     assert len(p.victims(4)) == 4
 
 
+@pytest.mark.parametrize("name", policy_names())
+def test_under_pressure_the_largest_retainers_retentions_go_before_anothers(name):
+    """Guards per-tenant fairness when the pool, not the budget, forces retained entries out: tenant "a" retains
+    one entry (the oldest), tenant "b" three; evicting two retained entries takes b's. In the inner order alone (the
+    oldest first, as an audit found on a live server, 2026-12-07) a's went first."""
+    clock = ManualClock()
+    inner = create_policy(name, 100, clock=clock)
+    ret = Retention(100, clock)
+    p = RetainingPolicy(inner, ret)
+    for e in range(5):
+        p.on_insert(e, ("k", e), 1, None)
+        p.on_access(e)
+        clock.advance(1)
+    ret.retain(0, 1, 1000, tenant="a")
+    for e in (1, 2, 3):
+        ret.retain(e, 1, 1000, tenant="b")
+    vs = p.victims(3)
+    assert vs[0] == 4 and set(vs[1:]) <= {1, 2, 3}, vs
+    assert 0 in p.victims(5)  # a's too, once nothing else can make room
+
+
+def test_a_split_of_a_retained_entry_keeps_the_retention_on_both_parts():
+    """A hit that ends inside a retained entry splits it: the front part (the new parent) was left unretained and
+    the budget counted the tail alone (601 -> 2 retained tokens on a live server, an audit, 2026-12-07)."""
+    clock = ManualClock()
+    inner = create_policy("lru", 100, clock=clock)
+    ret = Retention(100, clock, budget_fraction=0.5)
+    p = RetainingPolicy(inner, ret)
+    p.on_insert("whole", ("k", 0), 10, None)
+    ret.retain("whole", 10, 60, tenant="a")
+    p.on_insert("front", ("k", 0), 6, None)  # the tier reports the split's new node, then resizes the old one
+    p.on_resize("whole", 4, "front", ("k", 1))
+    assert ret.retained_size == 10 and ret.size_of("front") == 6 and ret.size_of("whole") == 4
+    assert ret.is_retained("front") and ret.expires_at("front") == ret.expires_at("whole")
+    assert ret.tenant_of("front") == "a"
+    clock.set(60)
+    ret.expire()
+    assert ret.retained_size == 0 and not ret.is_retained("front")
+
+
 class _EveryEntryByDensity(TinyLFUPolicy):
     """The order tinylfu's design note states, computed the slow way, as before leaf lists: one list per class (and
     sketch count, at the root level) of every entry the pass may take (all of them, or all but the parked ones in
