@@ -162,13 +162,17 @@ def test_budget_never_exceeded(ops):
         assert r.retained_size == sum(r._size.values())
 
 
+def retaining(name):
+    """(clock, retention, policy): policy `name` of 100 units wrapped by RetainingPolicy, budget half of it."""
+    clock = ManualClock()
+    ret = Retention(100, clock)
+    return clock, ret, RetainingPolicy(create_policy(name, 100, clock=clock), ret)
+
+
 @pytest.mark.parametrize("name", policy_names())
 def test_retained_entries_are_evicted_last(name):
     """Guards: retention is soft. Unretained victims go first; retained ones only when nothing else can."""
-    clock = ManualClock()
-    inner = create_policy(name, 100, clock=clock)
-    ret = Retention(100, clock)
-    p = RetainingPolicy(inner, ret)
+    clock, ret, p = retaining(name)
     for e in range(4):
         p.on_insert(e, ("k", e), 1, None)
     ret.retain(0, 1, 10)
@@ -185,10 +189,7 @@ def test_under_pressure_the_largest_retainers_retentions_go_before_anothers(name
     """Guards per-tenant fairness when the pool, not the budget, forces retained entries out: tenant "a" retains
     one entry (the oldest), tenant "b" three; evicting two retained entries takes b's. In the inner order alone (the
     oldest first, as an audit found on a live server, 2026-12-07) a's went first."""
-    clock = ManualClock()
-    inner = create_policy(name, 100, clock=clock)
-    ret = Retention(100, clock)
-    p = RetainingPolicy(inner, ret)
+    clock, ret, p = retaining(name)
     for e in range(5):
         p.on_insert(e, ("k", e), 1, None)
         p.on_access(e)
@@ -204,10 +205,7 @@ def test_under_pressure_the_largest_retainers_retentions_go_before_anothers(name
 def test_a_split_of_a_retained_entry_keeps_the_retention_on_both_parts():
     """A hit that ends inside a retained entry splits it: the front part (the new parent) was left unretained and
     the budget counted the tail alone (601 -> 2 retained tokens on a live server, an audit, 2026-12-07)."""
-    clock = ManualClock()
-    inner = create_policy("lru", 100, clock=clock)
-    ret = Retention(100, clock, budget_fraction=0.5)
-    p = RetainingPolicy(inner, ret)
+    clock, ret, p = retaining("lru")
     p.on_insert("whole", ("k", 0), 10, None)
     ret.retain("whole", 10, 60, tenant="a")
     p.on_insert("front", ("k", 0), 6, None)  # the tier reports the split's new node, then resizes the old one
