@@ -200,10 +200,12 @@ def test_a_split_of_a_retained_node_keeps_the_retained_size_true(monkeypatch):
     cache._request_ttl_s = 60.0
     ins(cache, [1, 2, 3])
     cache._request_ttl_s = None
-    ins(cache, [1, 5])  # splits the retained [1,2,3]: the retained back part holds 2 tokens now
-    back = cache.root_node.children[1].children[2]
-    assert cache.retention.is_retained(back)
-    assert cache.retention.retained_size == len(back.key) == 2
+    ins(cache, [1, 5])  # splits the retained [1,2,3]: [1] and [2,3], both retained (the front was not, before an
+    # audit on 2026-12-07: the budget then counted the 2-token tail of a 3-token retained prefix)
+    front = cache.root_node.children[1]
+    back = front.children[2]
+    assert cache.retention.is_retained(front) and cache.retention.is_retained(back)
+    assert cache.retention.retained_size == len(front.key) + len(back.key) == 3
 
 
 def test_the_stand_in_runs_sglangs_own_insert(monkeypatch):
