@@ -17,7 +17,8 @@ name), `/v1/completions` and Anthropic's `/v1/messages` before SGLang does and
   `/v1/messages` from a fixed list of its fields, so there the TTL travels in the request's `metadata` and an AFTER
   hook on that conversion (`carry_ttl_to_chat`) puts it into the chat request's `custom_params`;
 - gives requests of an SGLang session (`session_params`) the server's `--tier-session-ttl` when they carry no
-  `cache_control` of their own; and tells session_owners which sessions opened and closed.
+  `cache_control` of their own; tells session_owners which sessions opened and closed, and refuses an open
+  while its table is full.
 The internal TTL key is ours alone: on every route, any copy of it a client put anywhere in its JSON body
 (top level, `sampling_params.custom_params`, an OpenAI `extra_body`, any depth) is removed before the middleware
 sets its own, so a client can reach the scheduler's retention only through a validated `cache_control`. A body
@@ -235,6 +236,9 @@ class CacheControlMiddleware:
         status, body = rewrite(scope["path"], b"".join(chunks), self.config.session_ttl_s, self.limits)
         if status != 200:
             return await answer(send, status, body)
+        full = OWNERS.may_open() if scope["path"] == "/open_session" else None
+        if full is not None:
+            return await answer(send, *bad_request(full))
         send = OWNERS.watch(scope["path"], body, send)
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
         scope = {**scope, "headers": headers + [(b"content-length", str(len(body)).encode())]}

@@ -17,40 +17,63 @@ successful open of an id (again, after a close or a timeout) makes it unbound. L
 the id, as in SGLang (a tenant that knows another's session id can end it, not read it); a first request that
 SGLang's scheduler then refuses (a grammar that does not compile) still binds the session to its salt.
 
-At most `capacity` sessions are remembered (the oldest opened are forgotten first, and left to SGLang: a session
-SGLang timed out is never closed here); the launcher's default cap on open sessions (`--tier-max-open-sessions`,
-4,096) is well below it.
+A session leaves the table when it is closed here, or once SGLang's scheduler has timed it out: a session opened
+with a `timeout` is forgotten `SLACK_S` after its last request here plus that timeout (the scheduler counts the
+timeout from the request's arrival there, later than here, and reaps about once a second, so the table forgets a
+session only after the scheduler has closed it). At most `capacity` sessions are remembered; an open past that is
+refused here (`may_open`), never made room for: until 2026-12-07 the oldest opened were forgotten first, and a
+flood of opens with tiny timeouts (66,000 in 100 s; the scheduler reaps them, so its cap of open sessions never
+binds) pushed a live session out of the table, after which another tenant naming it and one of its request ids
+read its turns (an audit). A full table refuses opens, an availability limit, not a leak; the launcher's cap on
+open sessions (`--tier-max-open-sessions`, 4,096) is well below the capacity.
 
-Threading: one instance per HTTP process (`OWNERS`), used from its event loop only.
+Threading: one instance per HTTP process (`OWNERS`), used from its event loop only; time is `clock` (monotonic).
 """
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections import OrderedDict
-from typing import Any, Callable, Optional
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 UNBOUND = object()
 DEFAULT_CAPACITY = 65536
+SLACK_S = 60.0  # beyond a session's timeout before the table forgets it: the scheduler has reaped it by then
+FULL = ("Failed to open the session: {} sessions are open or timed out within the last minute; close sessions "
+        "or wait")
 
 
 class SessionOwners:
-    def __init__(self, capacity: int = DEFAULT_CAPACITY):
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, clock: Callable[[], float] = time.monotonic):
         self.capacity = capacity
-        self._owners: "OrderedDict[str, Any]" = OrderedDict()
+        self.clock = clock
+        self._owners: Dict[str, Any] = {}
+        self._timeouts: Dict[str, float] = {}  # the sessions opened with a timeout, which the scheduler reaps
+        self._forget_at: Dict[str, float] = {}
+        self._expiry: List[Tuple[float, str]] = []  # (forget_at, id), stale entries skipped
 
-    def opened(self, session_id: str) -> None:
-        """SGLang opened `session_id`: its next request's salt owns it."""
-        self._owners.pop(session_id, None)
+    def may_open(self) -> Optional[str]:
+        """None if a session may be opened now; otherwise the refusal to answer with (the table is full)."""
+        self._forget_timed_out()
+        return FULL.format(len(self._owners)) if len(self._owners) >= self.capacity else None
+
+    def opened(self, session_id: str, timeout: Optional[float] = None) -> None:
+        """SGLang opened `session_id` (idle `timeout` seconds, or none): its next request's salt owns it."""
+        self.closed(session_id)
         self._owners[session_id] = UNBOUND
-        while len(self._owners) > self.capacity:
-            self._owners.popitem(last=False)
+        if timeout is not None:
+            self._timeouts[session_id] = timeout
+            self._touch(session_id)
 
     def closed(self, session_id: str) -> None:
         self._owners.pop(session_id, None)
+        self._timeouts.pop(session_id, None)
+        self._forget_at.pop(session_id, None)
 
     def admit(self, session_id: Optional[str], salt: Optional[str]) -> Optional[str]:
         """Bind the session a request names to its salt; the refusal to answer with if another salt owns it."""
+        self._forget_timed_out()
         if session_id is None or session_id not in self._owners:
             return None
         owner = self._owners[session_id]
@@ -58,7 +81,24 @@ class SessionOwners:
             self._owners[session_id] = salt
         elif owner != salt:
             return f"Invalid request: session id {session_id} does not exist"
+        if session_id in self._timeouts:
+            self._touch(session_id)
         return None
+
+    def _touch(self, session_id: str) -> None:
+        forget_at = self.clock() + self._timeouts[session_id] + SLACK_S
+        self._forget_at[session_id] = forget_at
+        heapq.heappush(self._expiry, (forget_at, session_id))
+        if len(self._expiry) > 2 * len(self._forget_at) + 64:  # refreshes leave stale entries: rebuild
+            self._expiry = [(t, s) for s, t in self._forget_at.items()]
+            heapq.heapify(self._expiry)
+
+    def _forget_timed_out(self) -> None:
+        now = self.clock()
+        while self._expiry and self._expiry[0][0] <= now:
+            forget_at, session_id = heapq.heappop(self._expiry)
+            if self._forget_at.get(session_id) == forget_at:
+                self.closed(session_id)
 
     def watch(self, route: str, request_body: bytes, send: Callable) -> Callable:
         """`send` of an ASGI app answering `route`; a successful /open_session or /close_session is noted."""
@@ -80,13 +120,16 @@ class SessionOwners:
 
     def _answered(self, route: str, request_body: bytes, answer: bytes) -> None:
         try:  # /open_session answers with the id (a JSON string); /close_session with nothing
-            session_id = json.loads(answer if route == "/open_session" else request_body)
-        except ValueError:
+            body = json.loads(request_body) if request_body else {}
+            session_id = json.loads(answer) if route == "/open_session" else body.get("session_id")
+        except (ValueError, AttributeError):
+            return
+        if not isinstance(session_id, str):
             return
         if route == "/close_session":
-            session_id = session_id.get("session_id") if isinstance(session_id, dict) else None
-        if isinstance(session_id, str):
-            (self.opened if route == "/open_session" else self.closed)(session_id)
+            return self.closed(session_id)
+        timeout = body.get("timeout")  # request_checks let through only a number >= 0 or none
+        self.opened(session_id, float(timeout) if isinstance(timeout, (int, float)) else None)
 
 
 OWNERS = SessionOwners()

@@ -4,7 +4,7 @@ tests/reliability/test_isolation.py::test_a_tenant_cannot_continue_another_tenan
 import asyncio
 import json
 
-from sglang_ext.session_owners import SessionOwners
+from sglang_ext.session_owners import SLACK_S, SessionOwners
 
 REFUSED = "Invalid request: session id s does not exist"
 
@@ -38,13 +38,58 @@ def test_an_id_never_seen_opened_is_left_to_sglang_and_a_reopened_one_is_unbound
     assert owners.admit("s", "a") == REFUSED
 
 
-def test_the_oldest_opened_sessions_are_forgotten_past_the_capacity():
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_full_table_refuses_opens_and_never_forgets_a_live_session():
+    """Guards the audit's leak: forgetting the oldest opened to make room let a flood of opens push a live session
+    out, and then another tenant continued it. A full table refuses the open instead."""
     owners = SessionOwners(capacity=2)
-    for session_id in ("s1", "s2", "s3"):
+    for session_id in ("s1", "s2"):
+        assert owners.may_open() is None
         owners.opened(session_id)
         assert owners.admit(session_id, "a") is None
-    assert owners.admit("s1", "b") is None  # forgotten: left to SGLang
-    assert owners.admit("s2", "b") is not None
+    assert "2 sessions are open" in owners.may_open()
+    owners.opened("s3")  # opens already in flight when the table filled still count
+    assert owners.admit("s1", "b") is not None and owners.admit("s3", "a") is None
+    owners.closed("s1")
+    assert owners.may_open() is not None  # s2 and s3 are remembered still
+    owners.closed("s2")
+    assert owners.may_open() is None
+
+
+def test_a_session_with_a_timeout_is_forgotten_only_after_the_scheduler_has_reaped_it():
+    clock = Clock()
+    owners = SessionOwners(capacity=1, clock=clock)
+    owners.opened("s", timeout=10.0)
+    assert owners.admit("s", "a") is None
+    clock.now = 10.0 + SLACK_S - 1  # timed out in the scheduler, not yet forgotten here: still refused
+    assert owners.admit("s", "b") == REFUSED
+    assert owners.may_open() is not None
+    clock.now += 2
+    assert owners.may_open() is None  # forgotten: the id is SGLang's to answer for (it closed it)
+    assert owners.admit("s", "b") is None
+
+
+def test_each_request_of_the_owner_pushes_the_forgetting_back_and_untimed_sessions_stay():
+    clock = Clock()
+    owners = SessionOwners(clock=clock)
+    owners.opened("timed", timeout=10.0)
+    owners.opened("untimed")
+    assert owners.admit("timed", "a") is None and owners.admit("untimed", "a") is None
+    for _ in range(200):  # refreshes leave stale heap entries; the heap is rebuilt, never grows without end
+        clock.now += 50.0
+        assert owners.admit("timed", "a") is None
+        assert owners.admit("timed", "b") == REFUSED.replace("id s ", "id timed ")
+    assert len(owners._expiry) <= 2 * 1 + 64
+    clock.now += 1e6
+    assert owners.admit("timed", "b") is None  # the owner stopped: reaped, then forgotten
+    assert owners.admit("untimed", "b") == REFUSED.replace("id s ", "id untimed ")
 
 
 def answered(owners, route, request, status, answer):
@@ -71,3 +116,9 @@ def test_successful_opens_and_closes_are_noted_and_failed_ones_are_not():
     assert owners.admit("s1", "b") is not None
     answered(owners, "/close_session", {"session_id": "s1"}, 200, b"")
     assert owners.admit("s1", "b") is None
+    clock = Clock()
+    timed = SessionOwners(clock=clock)
+    answered(timed, "/open_session", {"capacity_of_str_len": 100, "timeout": 5}, 200, b'"s2"')
+    assert timed.admit("s2", "a") is None
+    clock.now = 5 + SLACK_S + 1
+    assert timed.admit("s2", "b") is None  # the open's timeout was noted: reaped, then forgotten
