@@ -67,6 +67,8 @@ CACHE_HOOKS = (
     _hook("sglang.srt.managers.scheduler", "Scheduler.on_idle", "self", "hooked: signals exported while idle"),
     _hook("sglang.srt.managers.scheduler", "Scheduler.open_session", "self, recv_req",
           "hooked: --tier-max-open-sessions"),
+    _hook("sglang.srt.managers.scheduler", "Scheduler.handle_generate_request", "self, recv_req, mm_input_error",
+          "hooked: a refused session turn leaves the session as it was (session_turns)"),
     _hook("sglang.srt.managers.tokenizer_manager", "TokenizerManager._create_tokenized_object",
           "self, obj, input_text, input_ids, input_embeds, mm_inputs, token_type_ids",
           "hooked: the last check before the scheduler (scheduler_guard)"),

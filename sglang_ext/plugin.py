@@ -45,7 +45,7 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     from sglang.srt.utils import is_cpu
 
-    from sglang_ext import request_api, route_fixes, scheduler_guard, session_cap, tier_signals
+    from sglang_ext import request_api, route_fixes, scheduler_guard, session_cap, session_turns, tier_signals
     from sglang_ext.tier_config import TierConfig
 
     if BACKEND_NAME not in registered_radix_cache_backends():
@@ -65,6 +65,7 @@ def register() -> None:
     HookRegistry.register(scheduler_guard.TARGET, scheduler_guard.guard, HookType.AROUND)
     HookRegistry.register(scheduler_guard.VALIDATE_TARGET, scheduler_guard.refuse_what_sglang_refuses, HookType.AROUND)
     HookRegistry.register(scheduler_guard.BATCH_TARGET, scheduler_guard.batches_checked_whole, HookType.AROUND)
+    HookRegistry.register(session_turns.TARGET, session_turns.forget_refused_turn, HookType.AROUND)
     if TierConfig.launched():  # a stock `sglang.launch_server` (the plugin is installed) keeps SGLang's behaviour
         HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.open_session",
                               session_cap.refuse_over_cap(TierConfig.from_env().max_open_sessions), HookType.AROUND)

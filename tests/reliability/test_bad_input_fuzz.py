@@ -427,6 +427,14 @@ def test_a_malformed_session_is_a_400_on_get_and_post_and_opens_nothing(fuzzed, 
     assert status == 400 and "does not exist" in message_of(answer), f"{status}: {answer}"
 
 
+def close_session(server, sid, method: str = "POST") -> None:
+    """SGLang's /close_session answers 200 with an empty body (not JSON)."""
+    close = urllib.request.Request(server.url + "/close_session", data=json.dumps({"session_id": sid}).encode(),
+                                   method=method, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(close, timeout=ANSWER_DEADLINE_S) as r:
+        assert r.status == 200
+
+
 def test_a_session_opened_by_get_is_served_and_closes(fuzzed):
     status, sid = fuzzed.post_status("/open_session", {"capacity_of_str_len": 1000, "session_id": "fuzz-get"},
                                      method="GET")
@@ -434,10 +442,7 @@ def test_a_session_opened_by_get_is_served_and_closes(fuzzed):
     status, answer = fuzzed.post_status("/generate", {"text": "hi", "sampling_params": ONE_TOKEN,
                                                       "session_params": {"id": sid}})
     assert status == 200, answer
-    close = urllib.request.Request(fuzzed.url + "/close_session", data=json.dumps({"session_id": sid}).encode(),
-                                   method="GET", headers={"content-type": "application/json"})
-    with urllib.request.urlopen(close, timeout=ANSWER_DEADLINE_S) as r:  # 200 with an empty body
-        assert r.status == 200
+    close_session(fuzzed, sid, method="GET")
 
 
 def test_a_repetition_penalty_is_served_on_cpu(fuzzed):
@@ -465,7 +470,29 @@ def test_a_session_replaced_without_a_rid_is_a_400_and_the_session_goes_on(fuzze
     status, answer = fuzzed.post_status("/generate", dict(turn, text=" turn two", session_params={
         "id": sid, "rid": first["meta_info"]["id"], "replace": True}), timeout=ANSWER_DEADLINE_S)
     assert status == 200, answer
-    close = urllib.request.Request(fuzzed.url + "/close_session", data=json.dumps({"session_id": sid}).encode(),
-                                   headers={"content-type": "application/json"})
-    with urllib.request.urlopen(close, timeout=ANSWER_DEADLINE_S) as r:  # 200 with an empty body
-        assert r.status == 200
+    close_session(fuzzed, sid)
+
+
+def test_a_session_turn_the_scheduler_refuses_leaves_the_session_as_it_was(fuzzed):
+    """SGLang adds a turn to its session before its scheduler checks the request: a turn refused there (its
+    prompt and the session's history longer than the context) stayed in the session, and continuing from it was
+    served with a history of one dummy token (an audit, 2026-12-07). Now continuing from it is a 400, and the
+    session goes on from its last good turn."""
+    limit = fuzzed.get("/get_server_info")["max_req_input_len"]
+    half = [5 + i % 50 for i in range(limit * 6 // 10)]  # each fits the context, two do not
+    status, sid = fuzzed.post_status("/open_session", {"capacity_of_str_len": 10**6, "session_id": "fuzz-refused"})
+    assert (status, sid) == (200, "fuzz-refused")
+    turn = {"input_ids": half, "sampling_params": ONE_TOKEN, "session_params": {"id": sid}}
+    status, first = fuzzed.post_status("/generate", turn, timeout=ANSWER_DEADLINE_S)
+    assert status == 200, first
+    after_first = {"id": sid, "rid": first["meta_info"]["id"]}
+    status, answer = fuzzed.post_status("/generate", dict(turn, rid="fuzz-refused-turn", session_params=after_first),
+                                        timeout=ANSWER_DEADLINE_S)
+    assert status == 400 and "exceeds" in message_of(answer), answer
+    short = dict(turn, input_ids=[9, 10, 11])
+    status, answer = fuzzed.post_status("/generate", dict(short, session_params={"id": sid, "rid": "fuzz-refused-turn"}),
+                                        timeout=ANSWER_DEADLINE_S)
+    assert status == 400, answer
+    status, answer = fuzzed.post_status("/generate", dict(short, session_params=after_first), timeout=ANSWER_DEADLINE_S)
+    assert status == 200 and answer["meta_info"]["prompt_tokens"] > len(half), answer
+    close_session(fuzzed, sid)
