@@ -51,7 +51,10 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   (benchmarks/RESULTS.md, "Every row over five samples of the tuner"). Among learned twins that tie, the live tree
   takes the one with its own stance on client TTLs: a tie says nothing about them (the listed first, TTLs honoured,
   left tenant chat at 2e5 0.0086 lower on the tuning set). After the first switch, every switch needs the margin,
-  the paired lead and `min_capacities` of traffic.
+  the paired lead and `min_capacities` of traffic; one that changes the order (recency to learned or back) keeps
+  the live stance on TTLs too, taking the leader's twin, unless the leader leads its twin or the twin reads no
+  more than the live setting (a lead over recency says nothing about TTLs: tchat20-s79 at 5e4 went from recency
+  to `gated` on a lead of 0.013 at z 0.43 over `gated-no-ttl`, and read 0.40 where that twin pinned reads 0.47).
 - **Client TTLs are a setting** (`Setting.honours_ttls`): retention is a hint, and on traffic that marks one-shot
   questions ephemeral it keeps them over the shared prompts that come back (tenants-s1 at 2.5e5: 0.4595 honouring
   them, 0.4839 with none). A candidate that ignores them is measured beside its twin that honours them, and the
@@ -404,6 +407,24 @@ class ShadowTuner:
         learned = next((i for i in tied if self._settings[i].honours_ttls == self.live.honours_ttls), tied[0])
         return learned if 0 < self._rate(self._live) <= top else None
 
+    def _leads(self, i: int, j: int) -> bool:
+        """Whether setting `i` reads more than `j` by the margin, and not within the sampling noise."""
+        return self._rate(i) > self._rate(j) + self.config.margin and self._pairs.z(i, j) >= self.config.min_z
+
+    def _twin_keeping_stance(self, best: int) -> int:
+        """`best`'s twin with the live tree's stance on client TTLs, where that twin also reads more than the
+        live setting by the margin and `best` does not lead it: a lead over the live setting says nothing about
+        TTLs."""
+        setting = self._settings[best]
+        if setting.honours_ttls == self.live.honours_ttls:
+            return best
+        twin = next((i for i, s in enumerate(self._settings) if s.order == setting.order
+                     and s.gate_threshold == setting.gate_threshold and s.honours_ttls == self.live.honours_ttls), None)
+        if (twin is None or twin == self._live or self._rate(twin) <= self._rate(self._live) + self.config.margin
+                or self._leads(best, twin)):
+            return best
+        return twin
+
     def _choose(self) -> Optional[Setting]:
         if not self._tracks_live_tree():
             return None
@@ -412,10 +433,9 @@ class ShadowTuner:
             if self._seen < self.config.min_capacities * self.shadow_capacity:
                 return None
             best = max(range(len(self._shadows)), key=self._rate)
-            if best == self._live or self._rate(best) <= self._rate(self._live) + self.config.margin:
+            if best == self._live or not self._leads(best, self._live):
                 return None
-            if self._pairs.z(best, self._live) < self.config.min_z:  # a lead within the sampling noise
-                return None
+            best = self._twin_keeping_stance(best)
         self._live = best
         self._switches += 1
         return self.live

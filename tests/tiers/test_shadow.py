@@ -207,6 +207,33 @@ def test_a_tie_between_ttl_twins_keeps_the_live_trees_stance_on_ttls(settings, r
     assert feed(t, 500)[:1] == [first]
 
 
+def test_a_switch_of_order_keeps_the_stance_on_ttls_unless_the_other_twin_leads_its_twin():
+    """A lead over the live setting says nothing about client TTLs: moving from recency to the learned order, the
+    live tree takes the twin with its own stance where that twin reads more than the live setting too, unless the
+    other twin leads it by the margin and the paired test (tchat20-s79 at 5e4: from recency, honouring TTLs on a
+    lead of 0.013 at z 0.43 over the no-TTL twin took the live tree to 0.38 where that twin pinned reads 0.47)."""
+    def after_a_return_to_recency(gated, no_ttl):
+        cfg = TuningConfig(settings=DEFAULT_SETTINGS, sample_rate=1.0, max_rate=1.0, warmup_requests=1,
+                           window_capacities=1.0)
+        shadows = {}
+
+        def make(setting, capacity):
+            shadows[setting.name] = FixedShadow(0.2)
+            return shadows[setting.name]
+
+        t = ShadowTuner(cfg, 1000, make)
+        t.offer([("chain", -1)], 100, 100, 0, carries_ttl=True)  # the warm-up saw a TTL: both twins get a shadow
+        assert feed(t, 500) == ["gated-no-ttl"]  # the tie: the start's stance (TTLs ignored)
+        shadows["lru-no-ttl"].rate = 0.5
+        assert feed(t, 100) == ["lru-no-ttl"]
+        shadows["lru-no-ttl"].rate, shadows["gated"].rate, shadows["gated-no-ttl"].rate = 0.2, gated, no_ttl
+        return feed(t, 100)
+
+    assert after_a_return_to_recency(gated=0.6, no_ttl=0.599) == ["gated-no-ttl"]  # within the margin: stance kept
+    assert after_a_return_to_recency(gated=0.6, no_ttl=0.2) == ["gated"]  # the no-TTL twin reads no more than recency
+    assert after_a_return_to_recency(gated=0.6, no_ttl=0.5) == ["gated"]  # TTLs lead their twin: honoured
+
+
 def test_with_a_host_tier_a_tie_counts_only_once_both_tiers_could_have_dropped_anything():
     """Guards: a tie taken after two device capacities while the host tier (here twice the device) still held
     everything, so the miniatures read the same whatever they ran. On the first 2,000 conversation rows at 1e6
