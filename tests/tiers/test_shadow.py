@@ -211,7 +211,7 @@ def test_a_switch_of_order_keeps_the_stance_on_ttls_unless_the_other_twin_leads_
     """A lead over the live setting says nothing about client TTLs: moving from recency to the learned order, the
     live tree takes the twin with its own stance where that twin reads more than the live setting too, unless the
     other twin leads it by the margin and the paired test (tchat20-s79 at 5e4: from recency, honouring TTLs on a
-    lead of 0.013 at z 0.43 over the no-TTL twin took the live tree to 0.38 where that twin pinned reads 0.47)."""
+    lead of 0.013 at z 0.43 over the no-TTL twin left the live tree at 0.40 where that twin pinned reads 0.47)."""
     def after_a_return_to_recency(gated, no_ttl):
         cfg = TuningConfig(settings=DEFAULT_SETTINGS, sample_rate=1.0, max_rate=1.0, warmup_requests=1,
                            window_capacities=1.0)
