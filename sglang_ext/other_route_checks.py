@@ -51,6 +51,11 @@ PROMPT_FIELDS = {
 }
 BATCH_PROMPT_FIELDS = {**EMBEDDING_ROUTES, "/v1/tokenize": "prompt", "/tokenize": "prompt"}
 PAIRED_ROUTES = {"/v1/score": "items", "/v1/rerank": "documents"}  # each item is tokenized after the query
+# Routes whose request SGLang builds without the client's `cache_salt` (its models there have no such field): a
+# tenant's salt was dropped in silence, and its prompt cached where every tenant reaches it (Ollama's routes: 659 of
+# a prompt's tokens hit under another salt; an audit, 2026-12-07). A salt there is refused, not ignored.
+SALTLESS_ROUTES = (*OLLAMA_ROUTES, *EMBEDDING_ROUTES, "/v1/score", "/v1/rerank")
+SALTED_ROUTES = "/generate, /v1/completions, /v1/chat/completions, /v1/messages or /v1/responses"
 ROUTES = (*EMBEDDING_ROUTES, *NON_EMPTY_FIELDS, *OLLAMA_ROUTES, *PARSER_FIELDS, *PROMPT_FIELDS, *PAIRED_ROUTES)
 # Request headers SGLang reads as an integer on the OpenAI and Anthropic routes: /v1/messages answered one that is
 # not an integer with a 500 (the OpenAI routes with a 400).
@@ -60,6 +65,9 @@ INT_HEADERS = (b"x-data-parallel-rank",)
 def check_route(body: dict, route: str, limits: Optional[ModelLimits] = None) -> None:
     """Every check that applies to a body for `route`, one of ROUTES; `limits` None: the model's are not known yet,
     and the checks that need them are skipped."""
+    if route in SALTLESS_ROUTES and body.get("cache_salt") is not None:
+        raise BadRequest(f"cache_salt is not supported on {route}: SGLang builds its request without one, so the "
+                         f"prompt would be cached where other tenants reach it; send it to {SALTED_ROUTES}")
     if route in EMBEDDING_ROUTES:
         check_embedding(body, EMBEDDING_ROUTES[route], limits)
     elif route in PARSER_FIELDS:

@@ -70,7 +70,7 @@ def register() -> None:
         HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.open_session",
                               session_cap.refuse_over_cap(TierConfig.from_env().max_open_sessions), HookType.AROUND)
     if main_process:
-        HookRegistry.register(request_api.ANTHROPIC_CONVERSION, request_api.carry_ttl_to_chat, HookType.AFTER)
+        HookRegistry.register(request_api.ANTHROPIC_CONVERSION, request_api.carry_metadata_to_chat, HookType.AFTER)
         HookRegistry.register(route_fixes.OLLAMA_IDS_TARGET, route_fixes.ids_of_chat_template, HookType.BEFORE)
         for target in route_fixes.OLLAMA_STREAM_TARGETS:
             HookRegistry.register(target, route_fixes.ollama_stream_with_final_text, HookType.AROUND)

@@ -15,11 +15,13 @@ name), `/v1/completions` and Anthropic's `/v1/messages` before SGLang does and
   `custom_params` (`sampling_params.custom_params` for /generate, top-level for the OpenAI routes), a flat
   float under TTL_PARAM: msgspec IPC carries one nesting level only. SGLang builds the chat request of
   `/v1/messages` from a fixed list of its fields, so there the TTL travels in the request's `metadata` and an AFTER
-  hook on that conversion (`carry_ttl_to_chat`) puts it into the chat request's `custom_params`;
+  hook on that conversion (`carry_metadata_to_chat`) puts it into the chat request's `custom_params`. The same list
+  has no `cache_salt`: SGLang dropped a tenant's salt there, and tenants hit each other's prompts (648 of 650
+  tokens; an audit, 2026-12-07), so the salt travels in `metadata` too, and the hook sets the chat request's;
 - gives requests of an SGLang session (`session_params`) the server's `--tier-session-ttl` when they carry no
   `cache_control` of their own; tells session_owners which sessions opened and closed, and refuses an open
   while its table is full.
-The internal TTL key is ours alone: on every route, any copy of it a client put anywhere in its JSON body
+The internal keys (INTERNAL_PARAMS) are ours alone: on every route, any copy a client put anywhere in its JSON body
 (top level, `sampling_params.custom_params`, an OpenAI `extra_body`, any depth) is removed before the middleware
 sets its own, so a client can reach the scheduler's retention only through a validated `cache_control`. A body
 nested too deeply to parse is a 400. The scheduler checks the value once more (serving_cache.request_ttl_s).
@@ -35,10 +37,13 @@ from typing import Any, Callable, Optional, Tuple
 
 from sglang_ext import other_route_checks
 from sglang_ext.other_route_checks import check_headers
-from sglang_ext.request_checks import CHECKED_ROUTES, BadRequest, ModelLimits, check_request
+from sglang_ext.request_checks import CHECKED_ROUTES, BadRequest, ModelLimits, check_cache_key, check_request
 from sglang_ext.session_owners import OWNERS
 
 TTL_PARAM = "sglang_ext_ttl_s"
+SALT_PARAM = "sglang_ext_cache_salt"  # a /v1/messages request's cache_salt, in its metadata
+INTERNAL_PARAMS = (TTL_PARAM, SALT_PARAM)
+INTERNAL_PREFIX = b"sglang_ext_"
 CARRIED_ROUTES = {"/generate": "sampling_params", "/v1/chat/completions": "top", "/v1/completions": "top",
                   "/v1/messages": "metadata"}
 ANTHROPIC_CONVERSION = "sglang.srt.entrypoints.anthropic.serving.AnthropicServing._convert_to_chat_completion_request"
@@ -98,14 +103,31 @@ def carry_ttl(body: dict, route: str, ttl_s: float) -> None:
         body["custom_params"] = {**(custom if isinstance(custom, dict) else {}), TTL_PARAM: ttl_s}
 
 
+def carry_salt_in_metadata(body: dict) -> bool:
+    """/v1/messages: move the request's `cache_salt` into its `metadata` (SGLang drops the field there); True if
+    there was one. Raises BadRequest for a salt that is not one string (one conversation, one tenant)."""
+    salt = body.pop("cache_salt", None)
+    if salt is None:
+        return False
+    if not isinstance(salt, str):
+        raise BadRequest("cache_salt must be a string on /v1/messages")
+    check_cache_key(salt, "cache_salt")
+    metadata = body.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise BadRequest("metadata must be an object")
+    body["metadata"] = {**(metadata or {}), SALT_PARAM: salt}
+    return True
+
+
 def strip_internal_params(body: Any) -> bool:
-    """Remove every TTL_PARAM key a client put anywhere in a parsed JSON body; True if any was there.
+    """Remove every INTERNAL_PARAMS key a client put anywhere in a parsed JSON body; True if any was there.
     Iterative: a hostile body's depth cannot exhaust the stack here."""
     found, stack = False, [body]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            found |= node.pop(TTL_PARAM, MISSING) is not MISSING
+            for key in INTERNAL_PARAMS:
+                found |= node.pop(key, MISSING) is not MISSING
             stack.extend(node.values())
         elif isinstance(node, list):  # only containers can hold a key: a token id list adds nothing to walk
             stack.extend([x for x in node if isinstance(x, (dict, list))])
@@ -113,8 +135,9 @@ def strip_internal_params(body: Any) -> bool:
 
 
 def may_carry_internal_params(raw: bytes) -> bool:
-    """Cheap pre-check for routes we do not rewrite: could this body name TTL_PARAM (also through JSON escapes)?"""
-    return TTL_PARAM.encode() in raw or b"\\u" in raw
+    """Cheap pre-check for routes we do not rewrite: could this body name an internal key (also through JSON
+    escapes)?"""
+    return INTERNAL_PREFIX in raw or b"\\u" in raw
 
 
 def parse_body(raw: bytes) -> Any:
@@ -175,9 +198,10 @@ def rewrite(route: str, raw: bytes, session_ttl_s: Optional[float],
         if not (carried and isinstance(body, dict)):
             return 200, json.dumps(body).encode() if stripped else raw
         ttl = request_ttl(body, session_ttl_s)
+        salted = route == "/v1/messages" and carry_salt_in_metadata(body)
     except BadRequest as e:
         return bad_request(str(e))
-    if ttl is None and not stripped and "cache_control" not in raw.decode(errors="ignore"):
+    if ttl is None and not (stripped or salted) and "cache_control" not in raw.decode(errors="ignore"):
         return 200, raw
     strip_cache_control(body)
     if ttl is not None:
@@ -254,13 +278,16 @@ class CacheControlMiddleware:
         await self.app(scope, replay, send)
 
 
-def carry_ttl_to_chat(chat_request: Any, serving: Any, anthropic_request: Any, *args: Any, **kwargs: Any) -> None:
-    """AFTER hook on SGLang's conversion of a `/v1/messages` request into a chat request: the TTL this middleware put
-    into its `metadata` (a client's own copy was removed before) goes to the chat request's `custom_params`."""
+def carry_metadata_to_chat(chat_request: Any, serving: Any, anthropic_request: Any, *args: Any, **kwargs: Any) -> None:
+    """AFTER hook on SGLang's conversion of a `/v1/messages` request into a chat request: the TTL and the salt this
+    middleware put into its `metadata` (a client's own copies were removed before) go to the chat request's
+    `custom_params` and `cache_salt`."""
     metadata = getattr(anthropic_request, "metadata", None)
-    ttl_s = metadata.get(TTL_PARAM) if isinstance(metadata, dict) else None
-    if ttl_s is not None:
-        chat_request.custom_params = {**(chat_request.custom_params or {}), TTL_PARAM: ttl_s}
+    metadata = metadata if isinstance(metadata, dict) else {}
+    if metadata.get(TTL_PARAM) is not None:
+        chat_request.custom_params = {**(chat_request.custom_params or {}), TTL_PARAM: metadata[TTL_PARAM]}
+    if metadata.get(SALT_PARAM) is not None:
+        chat_request.cache_salt = metadata[SALT_PARAM]
 
 
 def install_http_routes() -> None:

@@ -11,9 +11,13 @@ Where: the check runs in scheduler_guard's hook on the tokenized request, where 
 SGLang has built and checked it (a route that carries `session_params` any other way is covered as well; SGLang's
 OpenAI routes drop the field, so they neither bind nor are refused); the middleware reports successful opens and
 closes (`watch`). Binding at the first request, not at the open: SGLang's /open_session has no `cache_salt`, and a
-gateway that adds the tenant's salt to generation requests need not know that route. A session id never seen opened
-(one opened before a restart, or one that does not exist) is not bound: SGLang answers for it as it always has. A
-successful open of an id (again, after a close or a timeout) makes it unbound. Left as they are: closing needs only
+gateway that adds the tenant's salt to generation requests need not know that route. A session id not in the table
+(never opened, closed, or timed out) is refused here too, in the same words: SGLang's scheduler answers such a
+request only after a prefill of a dummy token, so a refusal from here (4 ms) against one from there (133 ms; a
+streamed answer of another shape) told a tenant that another tenant's session existed (an audit, 2026-12-07). The
+table knows every live session: this HTTP process is the only one (the launcher refuses tokenizer workers), and it
+forgets a session only once the scheduler has. A successful open of an id (again, after a close or a timeout) makes
+it unbound. Left as they are: closing needs only
 the id, as in SGLang (a tenant that knows another's session id can end it, not read it); a first request that
 SGLang's scheduler then refuses (a grammar that does not compile) still binds the session to its salt.
 
@@ -38,6 +42,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 UNBOUND = object()
+MISSING = object()
 DEFAULT_CAPACITY = 65536
 SLACK_S = 60.0  # beyond a session's timeout before the table forgets it: the scheduler has reaped it by then
 FULL = ("Failed to open the session: {} sessions are open or timed out within the last minute; close sessions "
@@ -52,6 +57,11 @@ class SessionOwners:
         self._timeouts: Dict[str, float] = {}  # the sessions opened with a timeout, which the scheduler reaps
         self._forget_at: Dict[str, float] = {}
         self._expiry: List[Tuple[float, str]] = []  # (forget_at, id), stale entries skipped
+
+    def __contains__(self, session_id: str) -> bool:
+        """Whether `session_id` is remembered (opened here, not closed, not yet forgotten)."""
+        self._forget_timed_out()
+        return session_id in self._owners
 
     def may_open(self) -> Optional[str]:
         """None if a session may be opened now; otherwise the refusal to answer with (the table is full)."""
@@ -74,12 +84,12 @@ class SessionOwners:
     def admit(self, session_id: Optional[str], salt: Optional[str]) -> Optional[str]:
         """Bind the session a request names to its salt; the refusal to answer with if another salt owns it."""
         self._forget_timed_out()
-        if session_id is None or session_id not in self._owners:
+        if session_id is None:
             return None
-        owner = self._owners[session_id]
+        owner = self._owners.get(session_id, MISSING)
         if owner is UNBOUND:
             self._owners[session_id] = salt
-        elif owner != salt:
+        elif owner is MISSING or owner != salt:
             return f"Invalid request: session id {session_id} does not exist"
         if session_id in self._timeouts:
             self._touch(session_id)

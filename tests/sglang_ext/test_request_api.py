@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_ext.request_api import TTL_PARAM, rewrite
+from sglang_ext.request_api import SALT_PARAM, TTL_PARAM, rewrite
 from sglang_ext.other_route_checks import check_headers
 from sglang_ext.request_checks import MAX_FANOUT, MAX_SAMPLES, BadRequest, ModelLimits
 from sglang_ext.serving_cache import ServedRequests, refused_on_arrival, request_ttl_s
@@ -103,17 +103,45 @@ def test_anthropics_request_without_cache_control_carries_no_ttl_and_odd_metadat
     assert status == 200 and out["metadata"] == "not an object" and ttls_in(out) == []  # SGLang's 400, as sent
 
 
-def test_the_anthropic_conversion_hands_the_ttl_to_the_chat_request():
-    """request_api.carry_ttl_to_chat, the AFTER hook on SGLang's /v1/messages -> chat conversion."""
-    from sglang_ext.request_api import carry_ttl_to_chat
+def test_the_anthropic_conversion_hands_the_ttl_and_the_salt_to_the_chat_request():
+    """request_api.carry_metadata_to_chat, the AFTER hook on SGLang's /v1/messages -> chat conversion."""
+    from sglang_ext.request_api import carry_metadata_to_chat
 
-    chat = SimpleNamespace(custom_params=None)
-    carry_ttl_to_chat(chat, None, SimpleNamespace(metadata={"user_id": "u", TTL_PARAM: 300.0}))
-    assert chat.custom_params == {TTL_PARAM: 300.0}
+    chat = SimpleNamespace(custom_params=None, cache_salt=None)
+    carry_metadata_to_chat(chat, None, SimpleNamespace(metadata={"user_id": "u", TTL_PARAM: 300.0,
+                                                                 SALT_PARAM: "tenant-a"}))
+    assert chat.custom_params == {TTL_PARAM: 300.0} and chat.cache_salt == "tenant-a"
     for metadata in (None, {"user_id": "u"}, "x"):
-        chat = SimpleNamespace(custom_params={"a": 1})
-        carry_ttl_to_chat(chat, None, SimpleNamespace(metadata=metadata))
-        assert chat.custom_params == {"a": 1}
+        chat = SimpleNamespace(custom_params={"a": 1}, cache_salt=None)
+        carry_metadata_to_chat(chat, None, SimpleNamespace(metadata=metadata))
+        assert chat.custom_params == {"a": 1} and chat.cache_salt is None
+
+
+def test_an_anthropic_requests_salt_travels_in_its_metadata_and_only_the_middleware_puts_it_there():
+    """SGLang builds /v1/messages' chat request without `cache_salt`: tenants hit each other's prompts there (an
+    audit, 2026-12-07). The salt is checked as on every route, and a client's own copy of the key is removed."""
+    body = {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "cache_salt": "tenant-a"}
+    status, out = forwarded("/v1/messages", body)
+    assert status == 200 and out["metadata"] == {SALT_PARAM: "tenant-a"} and "cache_salt" not in out
+    status, out = forwarded("/v1/messages", dict(body, metadata={"user_id": "u"}, cache_control={"type": "ephemeral"}))
+    assert status == 200 and out["metadata"] == {"user_id": "u", SALT_PARAM: "tenant-a", TTL_PARAM: 300.0}
+    for salt in (["tenant-a"], "", "x" * 257, 7):
+        assert forwarded("/v1/messages", dict(body, cache_salt=salt))[0] == 400, salt
+    assert forwarded("/v1/messages", dict(body, metadata="odd"))[0] == 400
+    status, out = forwarded("/v1/messages", dict(body, cache_salt=None, metadata={SALT_PARAM: "tenant-b"}))
+    assert status == 200 and out["metadata"] == {}
+
+
+@pytest.mark.parametrize("route", ["/api/generate", "/api/chat", "/v1/score", "/v1/rerank", "/v1/embeddings",
+                                   "/encode"])
+def test_a_salt_on_a_route_that_drops_it_is_refused(route):
+    """Ollama's routes, scoring, reranking and embeddings build SGLang requests without the client's salt: a
+    tenant's prompt was cached where every tenant reaches it (an audit, 2026-12-07)."""
+    body = {"model": "m", "prompt": "x", "messages": [{"role": "user", "content": "x"}], "query": "q",
+            "items": ["i"], "documents": ["d"], "input": "x", "text": "x"}
+    status, out = forwarded(route, dict(body, cache_salt="tenant-a"))
+    assert status == 400 and "cache_salt" in json.dumps(out)
+    assert forwarded(route, body)[0] == 200
 
 
 def test_a_valid_cache_control_is_the_only_ttl_that_is_carried():
