@@ -55,6 +55,17 @@ the learned order beats recency on long multi-turn traffic and loses to it while
   the live stance on TTLs too, taking the leader's twin, unless the leader leads its twin or the twin reads no
   more than the live setting (a lead over recency says nothing about TTLs: tchat20-s79 at 5e4 went from recency
   to `gated` on a lead of 0.013 at z 0.43 over `gated-no-ttl`, and read 0.40 where that twin pinned reads 0.47).
+- **A cache that holds few requests** (`few_requests`): SHARDS scales the capacity, not the items, and a
+  miniature of a cache that holds ten requests holds two or three (at most a quarter of it; the whole cache with a
+  host tier below): it reads nothing the cache would, and its fidelity fails or, worse, passes by chance. Where the
+  whole cache holds fewer than `few_requests` requests of the windowed mean size of the sampled ones, the live tree
+  runs the learned gate with TTLs ignored (where a setting that ignores them runs; else the first learned one),
+  whatever the shadows read, and the shadows decide again once requests are smaller against the cache. On the
+  tuning set's traces at two and four times smaller capacities than declared (4-28 mean requests in the cache),
+  the shadows' choices fell below that setting pinned below ten (tenants-s2 at 1.2e4: 0.0413 against LRU's
+  0.0460; pinned 0.0862), and neither led above it (benchmarks/RESULTS.md, "A cache that holds few requests").
+  Retention in a cache of a few requests keeps one of them over the rest (tenant chat at 4e4: 0.4694 with TTLs
+  honoured, 0.5156 without).
 - **Client TTLs are a setting** (`Setting.honours_ttls`): retention is a hint, and on traffic that marks one-shot
   questions ephemeral it keeps them over the shared prompts that come back (tenants-s1 at 2.5e5: 0.4595 honouring
   them, 0.4839 with none). A candidate that ignores them is measured beside its twin that honours them, and the
@@ -170,6 +181,7 @@ class TuningConfig:
     min_z: float = 1.0  # and its per-request lead over the live one, in standard errors (paired)
     fidelity_factor: float = 2.0  # and the live setting's shadow within this factor of the live tree's rate
     learned_on_tie: bool = True  # before the first switch, recency's tie with a learned setting goes to the learned
+    few_requests: float = 10.0  # a whole cache holding fewer mean-sized requests runs the learned gate, TTLs ignored
     head_requests: int = 32  # requests through a key that make it a shared head
     head_memory: int = 4096  # keys whose request counts are kept
     sample_seed: int = 0  # which chains the sample takes (each seed another sample at the same rate)
@@ -307,6 +319,8 @@ class ShadowTuner:
         self._tree_hits = 0.0  # the live tree's own hits on the sampled requests, windowed as the shadows'
         self._since_halving = 0.0
         self._since_decision = 0.0
+        self._window_units = 0.0  # sampled requests' units and number, windowed: their mean size
+        self._window_requests = 0.0
         self._seen = 0.0  # units of sampled traffic so far
         self._warmup_units = 0
         self._requests = 0
@@ -344,6 +358,8 @@ class ShadowTuner:
             hits.append(hit)
         self._pairs.add(hits)
         self._tree_hits += live_hit
+        self._window_units += units
+        self._window_requests += 1
         self._seen += units
         self._since_halving += units
         self._since_decision += units
@@ -357,6 +373,8 @@ class ShadowTuner:
             self._hits = [h * 0.5 for h in self._hits]
             self._totals = [t * 0.5 for t in self._totals]
             self._tree_hits *= 0.5
+            self._window_units *= 0.5
+            self._window_requests *= 0.5
             self._pairs.halve()
         return setting
 
@@ -425,7 +443,18 @@ class ShadowTuner:
             return best
         return twin
 
-    def _choose(self) -> Optional[Setting]:
+    def _for_few_requests(self) -> Optional[int]:
+        """Where the whole cache holds fewer than `few_requests` requests of the recent mean size: the learned
+        setting that ignores TTLs (else the first learned one); otherwise None."""
+        if not (self._learned and self._window_requests):
+            return None
+        mean = self._window_units / self._window_requests
+        if self.capacity * self._fill >= self.config.few_requests * mean:
+            return None
+        return next((i for i in self._learned if not self._settings[i].honours_ttls), self._learned[0])
+
+    def _by_shadows(self) -> Optional[int]:
+        """The setting the shadows' readings move the live tree to, or None to keep it."""
         if not self._tracks_live_tree():
             return None
         best = self._tie_goes_to_learned()
@@ -436,6 +465,13 @@ class ShadowTuner:
             if best == self._live or not self._leads(best, self._live):
                 return None
             best = self._twin_keeping_stance(best)
+        return best
+
+    def _choose(self) -> Optional[Setting]:
+        best = self._for_few_requests()
+        best = self._by_shadows() if best is None else best
+        if best is None or best == self._live:
+            return None
         self._live = best
         self._switches += 1
         return self.live
