@@ -193,8 +193,9 @@ class TuningConfig:
         if len(self.settings) < 1 or len({s.name for s in self.settings}) != len(self.settings):
             raise ValueError("shadow settings need at least one setting and distinct names")
         if min(self.window_capacities, self.decide_capacities) <= 0 or min(
-                self.min_capacities, self.tie_capacities, self.margin, self.min_z) < 0:
-            raise ValueError("window and decision interval must be > 0, least traffic, margin and min_z >= 0")
+                self.min_capacities, self.tie_capacities, self.margin, self.min_z, self.few_requests) < 0:
+            raise ValueError("window and decision interval must be > 0, least traffic, margin, min_z and "
+                             "few_requests >= 0")
         if not self.fidelity_factor >= 1:
             raise ValueError(f"fidelity_factor must be >= 1, got {self.fidelity_factor}")
         if self.head_requests < 2 or self.head_memory < 1:

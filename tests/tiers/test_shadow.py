@@ -318,7 +318,8 @@ def test_a_lead_within_the_sampling_noise_switches_far_less_and_a_clear_one_stil
     dict(sample_rate=0.0), dict(sample_rate=0.5, max_rate=0.25), dict(max_rate=1.5), dict(settings=()),
     dict(settings=(LRU, LRU)), dict(window_capacities=0.0), dict(decide_capacities=0.0), dict(margin=-0.1),
     dict(head_requests=1), dict(tie_capacities=-1.0),
-    dict(warmup_requests=0), dict(min_z=-1.0), dict(fidelity_factor=0.5), dict(fidelity_factor=float("nan")),
+    dict(warmup_requests=0), dict(min_z=-1.0), dict(few_requests=-1.0), dict(fidelity_factor=0.5),
+    dict(fidelity_factor=float("nan")),
     dict(sample_seed=-1), dict(sample_seed=2**64),
 ])
 def test_bad_tuning_configs_are_refused(bad):
